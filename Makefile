@@ -1,0 +1,64 @@
+# tfbench build. `make` configures (probing dependencies by compiling), then builds build/tfbench and the tests.
+# `make run` and `make test` first install missing Debian packages (scripts/install-deps.sh).
+# `make CUDA=0` forces the CPU-only build. ARCH_FLAGS overrides -march=native.
+
+BUILD      := build
+CC         := mpicc
+VERSION    := 0.1.0
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+ARCH_FLAGS ?= -march=native
+CUDA       ?= auto
+CFLAGS     := -std=c11 -O3 $(ARCH_FLAGS) -fopenmp -Wall -Wextra -D_GNU_SOURCE -I$(BUILD) \
+              -DTFB_VERSION='"$(VERSION)"' $(EXTRA_CFLAGS)
+LDFLAGS    := -fopenmp $(EXTRA_LDFLAGS)
+NP         ?= 2
+
+LIB_SRC := kernels/check.c kernels/registry.c kernels/cpu/cpu_backend.c kernels/cpu/cpu_ops.c \
+           bench/comm_mpi.c bench/options.c bench/bert.c bench/bert_layer.c bench/mempool.c bench/npy.c \
+           bench/ddp.c bench/optim.c bench/stats.c bench/peak.c bench/report.c bench/run.c \
+           results/env.c results/summary.c results/results_json.c
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TESTS   := $(BUILD)/tests/test_ops $(BUILD)/tests/test_bert_layer $(BUILD)/tests/test_model
+
+.PHONY: all configure deps run test bench clean
+all: $(BUILD)/tfbench $(TESTS)
+
+configure:
+	@CUDA=$(CUDA) scripts/configure.sh $(BUILD)
+
+$(BUILD)/config.h $(BUILD)/config.mk: configure
+-include $(BUILD)/config.mk
+
+$(BUILD)/%.o: %.c $(BUILD)/config.h $(wildcard kernels/*.h kernels/cpu/*.h bench/*.h results/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/results/env.o: CFLAGS += -DTFB_GIT_COMMIT='"$(GIT_COMMIT)"'
+
+$(BUILD)/libtfb.a: $(LIB_OBJ)
+	ar rcs $@ $^
+
+$(BUILD)/tfbench: $(BUILD)/bench/main.o $(BUILD)/libtfb.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(CONFIG_LIBS) -lm
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libtfb.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(CONFIG_LIBS) -lm
+
+deps:
+	@scripts/install-deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	scripts/run-default.sh
+
+test: deps
+	@TFB_TEST_DEPS=1 scripts/install-deps.sh
+	@$(MAKE) --no-print-directory all
+	tests/run.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	scripts/bench-cpu.sh
+
+clean:
+	rm -rf $(BUILD)

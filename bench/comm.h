@@ -1,0 +1,48 @@
+/* comm.h — the communication interface: a struct of function pointers plus a context, one per (sub-)communicator.
+ *
+ * Buffers are backend memory (host memory for the CPU backend). Collectives are in place where the name says so.
+ * MPI implements it now (comm_mpi.c); an NCCL implementation will fill the same struct. This header holds no MPI
+ * types, so code above it never includes mpi.h.
+ */
+#ifndef TFB_COMM_H
+#define TFB_COMM_H
+#include <stddef.h>
+#include "../kernels/check.h"
+
+typedef enum { TFB_COMM_F32 = 0, TFB_COMM_F64 = 1, TFB_COMM_I32 = 2, TFB_COMM_U64 = 3 } tfb_comm_type;
+typedef enum { TFB_SUM = 0, TFB_MAX = 1, TFB_MIN = 2 } tfb_comm_op;
+typedef struct tfb_comm_request tfb_comm_request; /* a pending non-blocking operation */
+
+typedef struct tfb_comm tfb_comm;
+struct tfb_comm {
+    int rank, size;
+    void *ctx;
+    tfb_status (*allreduce)(tfb_comm *c, void *buf, size_t n, tfb_comm_type t, tfb_comm_op op);
+    /* starts an in-place all-reduce; complete it with wait() */
+    tfb_status (*iallreduce)(tfb_comm *c, void *buf, size_t n, tfb_comm_type t, tfb_comm_op op,
+                             tfb_comm_request **req);
+    /* test(): *done = 1 when finished (and the request freed); drives progress in transports without a thread */
+    tfb_status (*test)(tfb_comm *c, tfb_comm_request *req, int *done);
+    tfb_status (*wait)(tfb_comm *c, tfb_comm_request *req);
+    /* recv (n * size) = concatenation of every rank's send (n) */
+    tfb_status (*allgather)(tfb_comm *c, const void *send, void *recv, size_t n, tfb_comm_type t);
+    /* recv (n) = this rank's n-element share of the sum of every rank's send (n * size) */
+    tfb_status (*reduce_scatter)(tfb_comm *c, const void *send, void *recv, size_t n, tfb_comm_type t);
+    tfb_status (*bcast)(tfb_comm *c, void *buf, size_t n, tfb_comm_type t, int root);
+    tfb_status (*send)(tfb_comm *c, const void *buf, size_t n, tfb_comm_type t, int peer, int tag);
+    tfb_status (*recv)(tfb_comm *c, void *buf, size_t n, tfb_comm_type t, int peer, int tag);
+    tfb_status (*barrier)(tfb_comm *c);
+    /* a sub-communicator of the ranks passing the same color, ordered by key */
+    tfb_status (*split)(tfb_comm *c, int color, int key, tfb_comm **out);
+    void (*destroy)(tfb_comm *c);
+};
+
+/* comm_mpi.c: MPI_Init (idempotent), the world communicator, and MPI_Finalize. */
+tfb_status tfb_comm_mpi_world(int *argc, char ***argv, tfb_comm **out);
+void tfb_comm_mpi_finalize(void);
+/* Ranks of this job that share this node, and this rank's index among them. */
+void tfb_comm_mpi_local(int *local_rank, int *local_size);
+/* "Open MPI v4.1.4, ..." as the library reports it (first line). */
+const char *tfb_comm_mpi_library(void);
+
+#endif

@@ -1,0 +1,35 @@
+/* optim.h — AdamW on the FP32 master weights, tensor by tensor (decay only where the parameter table says), and
+ * the dynamic loss scaler for FP16 (formulas.md: skip the step and halve on inf/NaN, double after a window of clean
+ * steps). The moments live in one pool. This file does not decide when gradients are complete (ddp.c does).
+ */
+#ifndef TFB_OPTIM_H
+#define TFB_OPTIM_H
+#include "workload.h"
+#include "mempool.h"
+
+typedef struct {
+    tfb_backend *be;
+    const tfb_workload *wl;
+    float *m, *v;               /* (numel) Adam moments */
+    tfb_mempool pool;
+    tfb_adamw_hparams hp;       /* lr, betas, eps, weight decay; step counts applied updates */
+} tfb_adamw;
+
+typedef struct {
+    int enabled;                /* FP16 only */
+    double scale;
+    int window, clean_steps;
+    int skipped;                /* steps skipped for inf/NaN */
+    int backoffs;               /* times the scale was halved */
+} tfb_loss_scaler;
+
+tfb_status tfb_adamw_init(tfb_adamw *o, tfb_backend *be, const tfb_workload *wl, float lr, float weight_decay);
+/* One update; grad_scale multiplies every gradient first (1 / (loss scale * ranks)). */
+tfb_status tfb_adamw_step(tfb_adamw *o, float grad_scale);
+void tfb_adamw_free(tfb_adamw *o);
+
+void tfb_loss_scaler_init(tfb_loss_scaler *s, int enabled, double scale, int window);
+/* After the global finiteness check: returns 1 when the step must be applied, 0 when skipped. */
+int tfb_loss_scaler_update(tfb_loss_scaler *s, int all_finite);
+
+#endif

@@ -1,0 +1,160 @@
+/* options.c — see options.h. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "options.h"
+#include "bert.h"
+
+typedef enum { OPT_INT, OPT_INT0, OPT_NUM, OPT_STR, OPT_FLAG } opt_kind;
+
+typedef struct {
+    const char *name;
+    opt_kind kind;
+    size_t field;          /* offsetof into tfb_options */
+    size_t size;           /* for strings */
+    const char *def;
+    double lo, hi;         /* accepted range for numbers (inclusive) */
+    const char *help;
+} opt_spec;
+
+#define F(x) offsetof(tfb_options, x), sizeof(((tfb_options *)0)->x)
+static const opt_spec OPTS[] = {
+    {"--model", OPT_STR, F(model), "bert-base", 0, 0, "bert-tiny|bert-mini|bert-small|bert-medium|bert-base|bert-large"},
+    {"--precision", OPT_STR, F(precision), "fp32", 0, 0, "fp32|fp16|bf16 (GEMM inputs; FP32 master weights and accumulation)"},
+    {"--batch", OPT_INT, F(batch), "8", 1, 1 << 20, "samples per rank (weak scaling) or global batch (strong)"},
+    {"--seq-len", OPT_INT, F(seq_len), "128", 8, 512, "sequence length, 8..512"},
+    {"--masked", OPT_INT0, F(masked), "0", 0, 512, "masked predictions per sequence (0: 20 per 128 tokens)"},
+    {"--steps", OPT_INT, F(steps), "50", 1, 1 << 30, "timed steps per trial"},
+    {"--warmup", OPT_INT0, F(warmup), "10", 0, 1 << 30, "untimed warm-up steps"},
+    {"--trials", OPT_INT, F(trials), "1", 1, 1000, "timed windows (a confidence interval needs >= 2)"},
+    {"--parallel", OPT_STR, F(parallel), "data", 0, 0, "data (tensor and pipeline come later)"},
+    {"--scaling", OPT_STR, F(scaling), "weak", 0, 0, "weak: --batch per rank; strong: --batch is the global batch"},
+    {"--bucket-mb", OPT_NUM, F(bucket_mb), "25", 0.001, 65536, "gradient all-reduce bucket size in MiB"},
+    {"--dropout", OPT_NUM, F(dropout), "0.1", 0, 0.95, "dropout probability"},
+    {"--lr", OPT_NUM, F(lr), "1e-4", 0, 10, "AdamW learning rate (constant)"},
+    {"--weight-decay", OPT_NUM, F(weight_decay), "0.01", 0, 1, "AdamW decoupled weight decay (not on biases or LayerNorm)"},
+    {"--seed", OPT_INT0, F(seed), "1234", 0, 9.2e18, "seed of initialisation, data and dropout"},
+    {"--output", OPT_STR, F(output), "", 0, 0, "results JSON path (default results/runs/tfbench-MODEL-PRECISION-NrR-TIME.json)"},
+    {"--dump", OPT_STR, F(dump), "", 0, 0, "directory for .npy dumps of initial parameters, first batch, first gradients"},
+    {"--device", OPT_STR, F(device), "auto", 0, 0, "auto|cpu"},
+    {"--threads", OPT_INT0, F(threads), "0", 0, 4096, "CPU threads per rank (0: cores available to the rank)"},
+    {"--peak-tflops", OPT_NUM, F(peak_tflops), "0", 0, 1e6, "peak TFLOP/s per rank for MFU (0: measure with SGEMM)"},
+    {"--fixed-batch", OPT_FLAG, F(fixed_batch), "0", 0, 0, "reuse the first batch every step"},
+    {"--inject-overflow", OPT_INT0, F(inject_overflow), "-1", -1, 1 << 30, "test hook: put an inf into rank 0's gradients at this step"},
+    {"--progress", OPT_STR, F(progress), "auto", 0, 0, "auto|on|off: one updating line on stderr (auto: when a terminal)"},
+    {"--loss-scale", OPT_NUM, F(loss_scale), "65536", 1, 1e30, "initial FP16 loss scale"},
+    {"--loss-scale-window", OPT_INT, F(loss_scale_window), "2000", 1, 1 << 30, "clean FP16 steps before the scale doubles"},
+    {"--help", OPT_FLAG, F(help), "0", 0, 0, "print this list"},
+    {"--version", OPT_FLAG, F(version), "0", 0, 0, "print the version"},
+};
+#undef F
+#define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
+
+static tfb_status set_number(const opt_spec *s, tfb_options *o, const char *v, char *err, size_t n) {
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(v, &end);
+    int integral = s->kind != OPT_NUM;
+    if (*v == '\0' || *end != '\0' || errno || !isfinite(x) || (integral && x != floor(x))) {
+        snprintf(err, n, "%s: expected %s, got '%s'", s->name, integral ? "an integer" : "a number", v);
+        return TFB_ERR_ARG;
+    }
+    double lo = s->lo;
+    if (x < lo || x > s->hi) {
+        snprintf(err, n, "%s: %s is out of range (%g to %g)", s->name, v, lo, s->hi);
+        return TFB_ERR_ARG;
+    }
+    char *dst = (char *)o + s->field;
+    if (s->kind == OPT_NUM) *(double *)dst = x;
+    else if (s->size == sizeof(long long)) *(long long *)dst = (long long)x;
+    else *(int *)dst = (int)x;
+    return TFB_OK;
+}
+
+static tfb_status set_value(const opt_spec *s, tfb_options *o, const char *v, char *err, size_t n) {
+    if (s->kind == OPT_FLAG) { *(int *)((char *)o + s->field) = v[0] == '1'; return TFB_OK; }
+    if (s->kind != OPT_STR) return set_number(s, o, v, err, n);
+    if (strlen(v) >= s->size) {
+        snprintf(err, n, "%s: value is too long (at most %zu characters)", s->name, s->size - 1);
+        return TFB_ERR_ARG;
+    }
+    memcpy((char *)o + s->field, v, strlen(v) + 1);
+    return TFB_OK;
+}
+
+static tfb_status check_choice(const char *flag, const char *v, const char *const *ok, char *err, size_t n) {
+    for (int i = 0; ok[i]; i++)
+        if (strcmp(v, ok[i]) == 0) return TFB_OK;
+    snprintf(err, n, "%s: unknown value '%s'", flag, v);
+    return TFB_ERR_ARG;
+}
+
+static tfb_status check_options(tfb_options *o, char *err, size_t n) {
+    static const char *const prec[] = {"fp32", "fp16", "bf16", NULL}, *const par[] = {"data", NULL},
+                             *const scal[] = {"weak", "strong", NULL}, *const dev[] = {"auto", "cpu", NULL},
+                             *const prog[] = {"auto", "on", "off", NULL};
+    if (!bert_config_find(o->model)) {
+        snprintf(err, n, "--model: unknown model '%s' (known: %s)", o->model, bert_config_names());
+        return TFB_ERR_ARG;
+    }
+    TFB_CHECK(check_choice("--precision", o->precision, prec, err, n));
+    TFB_CHECK(check_choice("--parallel", o->parallel, par, err, n));
+    TFB_CHECK(check_choice("--scaling", o->scaling, scal, err, n));
+    TFB_CHECK(check_choice("--device", o->device, dev, err, n));
+    TFB_CHECK(check_choice("--progress", o->progress, prog, err, n));
+    o->gemm_type = strcmp(o->precision, "fp16") == 0 ? TFB_F16 : strcmp(o->precision, "bf16") == 0 ? TFB_BF16 : TFB_F32;
+    o->strong = strcmp(o->scaling, "strong") == 0;
+    if (o->masked == 0) o->masked = (o->seq_len * 20 + 64) / 128;
+    if (o->masked > o->seq_len - 1) {
+        snprintf(err, n, "--masked: %d predictions do not fit a sequence of %d (at most %d)", o->masked, o->seq_len,
+                 o->seq_len - 1);
+        return TFB_ERR_ARG;
+    }
+    return TFB_OK;
+}
+
+static const opt_spec *find_opt(const char *name, size_t len) {
+    for (int i = 0; i < N_OPTS; i++)
+        if (strlen(OPTS[i].name) == len && strncmp(OPTS[i].name, name, len) == 0) return &OPTS[i];
+    return NULL;
+}
+
+static void set_defaults(tfb_options *o) {
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < N_OPTS; i++) set_value(&OPTS[i], o, OPTS[i].def, NULL, 0);
+}
+
+tfb_status tfb_options_parse(int argc, char **argv, tfb_options *o, char *err, size_t n) {
+    set_defaults(o);
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const opt_spec *s = strncmp(arg, "--", 2) == 0 ? find_opt(arg, len) : NULL;
+        if (!s) { snprintf(err, n, "%s: unknown option (see --help)", arg); return TFB_ERR_ARG; }
+        const char *v = eq ? eq + 1 : NULL;
+        if (s->kind == OPT_FLAG) {
+            if (v) { snprintf(err, n, "%s: takes no value", s->name); return TFB_ERR_ARG; }
+            v = "1";
+        } else if (!v) {
+            if (i + 1 >= argc) { snprintf(err, n, "%s: missing value", s->name); return TFB_ERR_ARG; }
+            v = argv[++i];
+        }
+        TFB_CHECK(set_value(s, o, v, err, n));
+    }
+    if (o->help || o->version) return TFB_OK;
+    return check_options(o, err, n);
+}
+
+void tfb_options_help(FILE *f) {
+    fprintf(f, "usage: [mpirun -np N] tfbench [options]\n\noptions (default in brackets):\n");
+    for (int i = 0; i < N_OPTS; i++) {
+        const opt_spec *s = &OPTS[i];
+        const char *meta = s->kind == OPT_FLAG ? "" : s->kind == OPT_STR ? " S" : s->kind == OPT_NUM ? " X" : " N";
+        char left[48];
+        snprintf(left, sizeof left, "%s%s", s->name, meta);
+        fprintf(f, "  %-22s %s", left, s->help);
+        if (s->kind != OPT_FLAG) fprintf(f, " [%s]", s->def[0] ? s->def : "none");
+        fputc('\n', f);
+    }
+}

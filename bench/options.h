@@ -1,0 +1,42 @@
+/* options.h — tfbench's command line: one table of options (name, kind, default, help), parsed strictly.
+ *
+ * Every rejection is one line naming the flag and the problem; the driver prints it and exits with status 2.
+ * Checks that need the job's size (a global batch that does not divide) are in run.c. This file does no I/O
+ * except --help.
+ */
+#ifndef TFB_OPTIONS_H
+#define TFB_OPTIONS_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "../kernels/backend.h"
+
+typedef struct {
+    char model[32];
+    char precision[8];
+    tfb_dtype gemm_type;
+    int batch, seq_len, masked, steps, warmup, trials;
+    char parallel[16];
+    char scaling[8];
+    int strong;              /* --scaling strong */
+    double bucket_mb;
+    double dropout, lr, weight_decay;
+    long long seed;
+    char output[4096];       /* empty: a name under results/runs/ */
+    char dump[4096];         /* empty: no dump */
+    char device[16];
+    int threads;             /* 0: cores available to the rank */
+    double peak_tflops;      /* 0: measure */
+    int fixed_batch;
+    int inject_overflow;     /* test hook: step whose gradients get an inf on rank 0 (-1: never) */
+    char progress[8];        /* auto, on, off */
+    double loss_scale;
+    int loss_scale_window;
+    int help, version;
+} tfb_options;
+
+/* Fills defaults, then parses argv[1..]. On a bad option returns TFB_ERR_ARG with a one-line message in err. */
+tfb_status tfb_options_parse(int argc, char **argv, tfb_options *o, char *err, size_t err_len);
+void tfb_options_help(FILE *f);
+
+#endif

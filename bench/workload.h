@@ -1,0 +1,55 @@
+/* workload.h — what the run driver needs from a model: its parameter table and pools, one step's data, forward,
+ * backward (reporting which gradients are complete, for bucketed all-reduce), and its FLOP count.
+ *
+ * BERT (bert.c) implements it; ResNet will. The driver owns timing, the optimizer and communication; a workload
+ * owns its tensors and the order of its kernels, and never calls the communication interface itself.
+ */
+#ifndef TFB_WORKLOAD_H
+#define TFB_WORKLOAD_H
+#include <stddef.h>
+#include <stdint.h>
+#include "../kernels/backend.h"
+
+typedef struct {
+    char name[64];      /* e.g. "layer.3.attn.qkv.weight" */
+    size_t offset;      /* in elements, into the parameter (and gradient) pool */
+    size_t numel;
+    int rows, cols;     /* shape; cols == 1 for vectors */
+    int decay;          /* weight decay applies (matrices and embeddings, not biases or LayerNorm) */
+} tfb_param_info;
+
+/* Called during backward: every gradient at pool offset >= `watermark` is complete. */
+typedef tfb_status (*tfb_grad_ready_fn)(void *ctx, size_t watermark);
+
+typedef struct {
+    int local_batch;         /* samples on this rank per step */
+    int global_batch;        /* samples across the data-parallel group per step */
+    int sample0;             /* global index of this rank's first sample within a step */
+    int seq_len, masked;     /* BERT: sequence length and masked predictions per sequence */
+    tfb_dtype gemm_type;     /* GEMM input type: FP32, FP16 or BF16 */
+    float dropout;
+    uint64_t seed;
+    int fixed_batch;         /* every step reuses step 0's batch */
+} tfb_workload_config;
+
+typedef struct tfb_workload tfb_workload;
+struct tfb_workload {
+    void *self;
+    const tfb_param_info *params;  /* [n_params], in pool order (forward order) */
+    int n_params;
+    size_t numel;                  /* total parameter count */
+    float *param_pool;             /* (numel) FP32 master weights, backend memory */
+    float *grad_pool;              /* (numel) FP32 gradients, backend memory */
+    size_t bytes_planned;          /* every pool this workload allocated */
+    double flops_per_sample;       /* training FLOPs per sample, convention in flops_convention */
+    const char *flops_convention;
+
+    tfb_status (*load_batch)(void *self, int step);                  /* make and upload this step's inputs */
+    tfb_status (*forward)(void *self, int step, double *loss);       /* *loss: this rank's mean loss */
+    tfb_status (*backward)(void *self, int step, float loss_scale, tfb_grad_ready_fn ready, void *ready_ctx);
+    tfb_status (*refresh_lowp)(void *self);                          /* 16-bit weight copies from the masters */
+    tfb_status (*dump_batch)(void *self, const char *dir);           /* inputs of the current batch as .npy */
+    void (*destroy)(void *self);
+};
+
+#endif

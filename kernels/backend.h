@@ -1,0 +1,133 @@
+/* backend.h — the compute backend interface: a struct of function pointers plus a context pointer.
+ *
+ * Every tensor pointer passed to an op is backend ("device") memory obtained from alloc(); host memory only crosses
+ * through copy_h2d/copy_d2h. Conventions every backend keeps:
+ *   - Row-major tensors; shapes are given in the comment of each op as (rows, cols).
+ *   - Gradients of parameters ACCUMULATE (+=), so micro-batches and tied weights add up; gradients of activations
+ *     OVERWRITE.
+ *   - Element-wise ops may run in place (out == in) unless the comment says otherwise.
+ *   - FP16/BF16 appear only as GEMM inputs and cast targets; everything else is FP32 (formulas.md, mixed precision).
+ *   - Dropout masks come from kernels/philox.h keyed by (seed, site) with the element's global index as counter.
+ * This header deliberately holds no implementation and no #if for any backend: kernels/registry.c picks one.
+ */
+#ifndef TFB_BACKEND_H
+#define TFB_BACKEND_H
+#include <stddef.h>
+#include <stdint.h>
+#include "check.h"
+
+typedef enum { TFB_F32 = 0, TFB_F16 = 1, TFB_BF16 = 2 } tfb_dtype;
+typedef enum { TFB_ACT_GELU = 0, TFB_ACT_TANH = 1 } tfb_act;
+
+static inline size_t tfb_dtype_size(tfb_dtype t) { return t == TFB_F32 ? 4 : 2; }
+const char *tfb_dtype_name(tfb_dtype t);
+
+/* C = alpha * op(A) @ op(B) + beta * C for `batch` matrices, row-major. op(A) is (m, k), op(B) is (k, n), C is
+ * (m, n). A and B are of type `in_type`; accumulation and C are FP32. Matrix i starts at base + i * stride. */
+typedef struct {
+    int trans_a, trans_b;   /* 0: as stored, 1: transposed */
+    int m, n, k;
+    float alpha, beta;
+    const void *a; int lda; long long stride_a;
+    const void *b; int ldb; long long stride_b;
+    float *c; int ldc; long long stride_c;
+    int batch;              /* >= 1 */
+    tfb_dtype in_type;
+} tfb_gemm_desc;
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    int step;               /* 1-based, for bias correction */
+    float grad_scale;       /* gradients are multiplied by this first (1 / (loss scale * ranks averaged)) */
+} tfb_adamw_hparams;
+
+/* A dropout draw: which stream (seed, site) and which step; element e of the call uses counter offset + e. */
+typedef struct {
+    uint64_t seed;
+    uint32_t site;          /* layer * 8 + place */
+    uint32_t step;
+    uint64_t offset;        /* global index of the call's element 0 */
+} tfb_dropout_key;
+
+typedef struct tfb_backend tfb_backend;
+struct tfb_backend {
+    const char *name;       /* "cpu", "cuda" */
+    void *ctx;              /* backend-private state */
+    int threads;            /* CPU threads used by this rank (informational) */
+
+    /* memory */
+    void *(*alloc)(void *ctx, size_t bytes);            /* zero-filled; NULL on failure */
+    void (*free)(void *ctx, void *p);
+    tfb_status (*copy_h2d)(void *ctx, void *dst, const void *src, size_t bytes);
+    tfb_status (*copy_d2h)(void *ctx, void *dst, const void *src, size_t bytes);
+    tfb_status (*copy_d2d)(void *ctx, void *dst, const void *src, size_t bytes);
+    tfb_status (*fill)(void *ctx, float *x, float value, size_t n);
+    tfb_status (*sync)(void *ctx);                      /* all queued work finished */
+
+    /* dense algebra */
+    tfb_status (*gemm)(void *ctx, const tfb_gemm_desc *d);
+
+    /* out (n, h) [+]= table[ids[i]] (rows, h); also the gather of rows by index. accumulate: 0 writes, 1 adds. */
+    tfb_status (*embedding_fwd)(void *ctx, float *out, const float *table, const int *ids, int n, int h,
+                                int accumulate);
+    /* dtable (rows, h) += scatter of dout (n, h) by ids */
+    tfb_status (*embedding_bwd)(void *ctx, float *dtable, const float *dout, const int *ids, int n, int h);
+
+    /* out (n, h) = (in - mean) * rstd * gamma + beta; mean, rstd (n) saved for backward */
+    tfb_status (*layernorm_fwd)(void *ctx, float *out, float *mean, float *rstd, const float *in,
+                                const float *gamma, const float *beta, int n, int h, float eps);
+    /* din (n, h) = d/din; dgamma, dbeta (h) += */
+    tfb_status (*layernorm_bwd)(void *ctx, float *din, float *dgamma, float *dbeta, const float *dout,
+                                const float *in, const float *mean, const float *rstd, const float *gamma, int n,
+                                int h);
+
+    /* out (rows, cols) = softmax(scale * in) per row; when key_len != NULL, columns >= key_len[r / rows_per_key]
+     * are masked out (probability 0). */
+    tfb_status (*softmax_fwd)(void *ctx, float *out, const float *in, int rows, int cols, float scale,
+                              const int *key_len, int rows_per_key);
+    /* din = scale * out * (dout - sum_j dout_j out_j); din may alias dout */
+    tfb_status (*softmax_bwd)(void *ctx, float *din, const float *dout, const float *out, int rows, int cols,
+                              float scale);
+
+    /* out (n) = act(in) */
+    tfb_status (*act_fwd)(void *ctx, tfb_act act, float *out, const float *in, size_t n);
+    /* din (n) = dout * act'(in); din may alias dout */
+    tfb_status (*act_bwd)(void *ctx, tfb_act act, float *din, const float *dout, const float *in, size_t n);
+
+    /* x (n, h) += bias (h) broadcast over rows */
+    tfb_status (*bias_add)(void *ctx, float *x, const float *bias, int n, int h);
+    /* dbias (h) += column sums of dout (n, h) */
+    tfb_status (*bias_grad)(void *ctx, float *dbias, const float *dout, int n, int h);
+    /* out (n) = a + b */
+    tfb_status (*residual_add)(void *ctx, float *out, const float *a, const float *b, size_t n);
+
+    /* out (n) = in * keep / (1 - p), keep drawn from the key; p == 0 copies */
+    tfb_status (*dropout_fwd)(void *ctx, float *out, const float *in, size_t n, float p, tfb_dropout_key key);
+    /* din (n) = dout * keep / (1 - p) with the same mask */
+    tfb_status (*dropout_bwd)(void *ctx, float *din, const float *dout, size_t n, float p, tfb_dropout_key key);
+
+    /* *loss_sum (one float, device) = sum over rows of -log softmax(logits)[label]; logits (n, v) */
+    tfb_status (*xent_fwd)(void *ctx, float *loss_sum, const float *logits, const int *labels, int n, int v);
+    /* dlogits (n, v) = (softmax(logits) - onehot(label)) * dscale; dlogits may alias logits */
+    tfb_status (*xent_bwd)(void *ctx, float *dlogits, const float *logits, const int *labels, int n, int v,
+                           float dscale);
+
+    /* AdamW (decoupled weight decay) on FP32 master weights w, moments m, v, all (n) */
+    tfb_status (*adamw)(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
+                        const tfb_adamw_hparams *hp);
+
+    /* dst (n) = src (n) converted between FP32, FP16 and BF16 */
+    tfb_status (*cast)(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type, size_t n);
+
+    /* *all_finite (host) = 1 when every x (n) is finite, else 0 */
+    tfb_status (*check_finite)(void *ctx, const float *x, size_t n, int *all_finite);
+
+    void (*destroy)(tfb_backend *be);
+};
+
+/* kernels/registry.c: the named backend ("auto", "cpu", ...); `why` gets a reason when none fits. */
+tfb_status tfb_backend_open(const char *name, int threads, tfb_backend **out, char *why, size_t why_len);
+/* The backends this build contains, comma-separated. */
+const char *tfb_backend_list(void);
+
+#endif

@@ -1,0 +1,108 @@
+/* cpu_backend.c — the CPU backend's memory functions and GEMM (OpenBLAS), and its constructor.
+ *
+ * GEMM with FP16/BF16 inputs widens the 16-bit operands to FP32 in a scratch buffer owned by the backend and runs
+ * SGEMM: 16-bit storage, FP32 arithmetic and accumulation, the numerics of tensor cores. Batched GEMMs run one
+ * SGEMM per matrix with all threads on each. The training ops live in cpu_ops.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <cblas.h>
+#include <omp.h>
+#include "cpu.h"
+#include "../half.h"
+
+typedef struct {
+    float *widen;        /* scratch for 16-bit GEMM operands widened to FP32 */
+    size_t widen_floats;
+} cpu_ctx;
+
+static void *cpu_alloc(void *ctx, size_t bytes) {
+    (void)ctx;
+    void *p = NULL;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) return NULL;
+    memset(p, 0, rounded);
+    return p;
+}
+
+static void cpu_free(void *ctx, void *p) { (void)ctx; free(p); }
+
+static tfb_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    (void)ctx;
+    memmove(dst, src, bytes);
+    return TFB_OK;
+}
+
+static tfb_status cpu_fill(void *ctx, float *x, float value, size_t n) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] = value;
+    return TFB_OK;
+}
+
+static tfb_status cpu_sync(void *ctx) { (void)ctx; return TFB_OK; }
+
+/* Extent in elements of one stored matrix of `rows` x `cols` (as stored) with leading dimension ld. */
+static size_t gemm_extent(int rows, int cols, int ld) { return (size_t)(rows - 1) * (size_t)ld + (size_t)cols; }
+
+static void widen_16(float *dst, const uint16_t *src, size_t n, tfb_dtype t) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = t == TFB_F16 ? tfb_f16_to_f32(src[i]) : tfb_bf16_to_f32(src[i]);
+}
+
+/* Total span in elements covered by all `batch` matrices of one operand. */
+static size_t gemm_span(int rows, int cols, int ld, long long stride, int batch) {
+    return (size_t)stride * (size_t)(batch - 1) + gemm_extent(rows, cols, ld);
+}
+
+static tfb_status cpu_gemm_widen(cpu_ctx *c, const tfb_gemm_desc *d, const float **a, const float **b) {
+    int ar = d->trans_a ? d->k : d->m, ac = d->trans_a ? d->m : d->k;
+    int br = d->trans_b ? d->n : d->k, bc = d->trans_b ? d->k : d->n;
+    size_t na = gemm_span(ar, ac, d->lda, d->stride_a, d->batch);
+    size_t nb = gemm_span(br, bc, d->ldb, d->stride_b, d->batch);
+    if (na + nb > c->widen_floats) {
+        free(c->widen);
+        c->widen_floats = na + nb;
+        c->widen = malloc(c->widen_floats * sizeof(float));
+        TFB_CHECK_ALLOC(c->widen);
+    }
+    widen_16(c->widen, d->a, na, d->in_type);
+    widen_16(c->widen + na, d->b, nb, d->in_type);
+    *a = c->widen;
+    *b = c->widen + na;
+    return TFB_OK;
+}
+
+static tfb_status cpu_gemm(void *ctx, const tfb_gemm_desc *d) {
+    const float *a = d->a, *b = d->b;
+    if (d->batch < 1 || d->m < 1 || d->n < 1 || d->k < 1) return TFB_ERR_ARG;
+    if (d->in_type != TFB_F32) TFB_CHECK(cpu_gemm_widen(ctx, d, &a, &b));
+    for (int i = 0; i < d->batch; i++) {
+        cblas_sgemm(CblasRowMajor, d->trans_a ? CblasTrans : CblasNoTrans, d->trans_b ? CblasTrans : CblasNoTrans,
+                    d->m, d->n, d->k, d->alpha, a + i * d->stride_a, d->lda, b + i * d->stride_b, d->ldb, d->beta,
+                    d->c + i * d->stride_c, d->ldc);
+    }
+    return TFB_OK;
+}
+
+static void cpu_destroy(tfb_backend *be) {
+    cpu_ctx *c = be->ctx;
+    free(c->widen);
+    free(c);
+    free(be);
+}
+
+tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out) {
+    tfb_backend *be = calloc(1, sizeof *be);
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!be || !c) { free(be); free(c); return TFB_ERR_NOMEM; }
+    if (threads < 1) threads = 1;
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+    *be = (tfb_backend){.name = "cpu", .ctx = c, .threads = threads, .alloc = cpu_alloc, .free = cpu_free,
+                        .copy_h2d = cpu_copy, .copy_d2h = cpu_copy, .copy_d2d = cpu_copy, .fill = cpu_fill,
+                        .sync = cpu_sync, .gemm = cpu_gemm, .destroy = cpu_destroy};
+    tfb_cpu_ops_install(be);
+    *out = be;
+    return TFB_OK;
+}

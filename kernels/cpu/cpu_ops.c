@@ -1,0 +1,317 @@
+/* cpu_ops.c — the CPU backend's training ops in plain C with OpenMP: the reference every other backend is checked
+ * against, so each op is written for clarity first and vectorisable loops second.
+ *
+ * Row-parallel ops split rows across threads; column reductions (bias and LayerNorm parameter gradients) split
+ * columns into blocks so no two threads add into the same element. Memory and GEMM are in cpu_backend.c.
+ */
+#include <math.h>
+#include <string.h>
+#include "cpu.h"
+#include "../half.h"
+#include "../philox.h"
+
+#define COL_BLOCK 64
+
+static tfb_status cpu_embedding_fwd(void *ctx, float *out, const float *table, const int *ids, int n, int h,
+                                    int accumulate) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *src = table + (size_t)ids[i] * h;
+        float *dst = out + (size_t)i * h;
+        if (accumulate)
+            for (int j = 0; j < h; j++) dst[j] += src[j];
+        else
+            memcpy(dst, src, (size_t)h * sizeof(float));
+    }
+    return TFB_OK;
+}
+
+/* Columns are split across threads, so repeated ids never race. */
+static tfb_status cpu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int *ids, int n, int h) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < h; c0 += COL_BLOCK) {
+        int c1 = c0 + COL_BLOCK < h ? c0 + COL_BLOCK : h;
+        for (int i = 0; i < n; i++) {
+            float *dst = dtable + (size_t)ids[i] * h;
+            const float *src = dout + (size_t)i * h;
+            for (int j = c0; j < c1; j++) dst[j] += src[j];
+        }
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *in,
+                                    const float *gamma, const float *beta, int n, int h, float eps) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *x = in + (size_t)i * h;
+        float *y = out + (size_t)i * h;
+        double s = 0.0, ss = 0.0;
+        for (int j = 0; j < h; j++) s += x[j];
+        float mu = (float)(s / h);
+        for (int j = 0; j < h; j++) ss += (double)(x[j] - mu) * (x[j] - mu);
+        float r = 1.0f / sqrtf((float)(ss / h) + eps);
+        for (int j = 0; j < h; j++) y[j] = (x[j] - mu) * r * gamma[j] + beta[j];
+        mean[i] = mu;
+        rstd[i] = r;
+    }
+    return TFB_OK;
+}
+
+static void layernorm_param_grads(float *dgamma, float *dbeta, const float *dout, const float *in,
+                                  const float *mean, const float *rstd, int n, int h) {
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < h; c0 += COL_BLOCK) {
+        int c1 = c0 + COL_BLOCK < h ? c0 + COL_BLOCK : h;
+        float dg[COL_BLOCK] = {0}, db[COL_BLOCK] = {0};
+        for (int i = 0; i < n; i++) {
+            const float *x = in + (size_t)i * h, *dy = dout + (size_t)i * h;
+            for (int j = c0; j < c1; j++) {
+                dg[j - c0] += dy[j] * (x[j] - mean[i]) * rstd[i];
+                db[j - c0] += dy[j];
+            }
+        }
+        for (int j = c0; j < c1; j++) { dgamma[j] += dg[j - c0]; dbeta[j] += db[j - c0]; }
+    }
+}
+
+static tfb_status cpu_layernorm_bwd(void *ctx, float *din, float *dgamma, float *dbeta, const float *dout,
+                                    const float *in, const float *mean, const float *rstd, const float *gamma,
+                                    int n, int h) {
+    (void)ctx;
+    layernorm_param_grads(dgamma, dbeta, dout, in, mean, rstd, n, h);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *x = in + (size_t)i * h, *dy = dout + (size_t)i * h;
+        float *dx = din + (size_t)i * h;
+        float mu = mean[i], r = rstd[i], sum_g = 0.0f, sum_gx = 0.0f;
+        for (int j = 0; j < h; j++) {
+            float g = dy[j] * gamma[j];
+            sum_g += g;
+            sum_gx += g * (x[j] - mu) * r;
+        }
+        sum_g /= h;
+        sum_gx /= h;
+        for (int j = 0; j < h; j++) {
+            float xhat = (x[j] - mu) * r;
+            dx[j] = r * (dy[j] * gamma[j] - sum_g - xhat * sum_gx);
+        }
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_softmax_fwd(void *ctx, float *out, const float *in, int rows, int cols, float scale,
+                                  const int *key_len, int rows_per_key) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *x = in + (size_t)r * cols;
+        float *y = out + (size_t)r * cols;
+        int valid = key_len ? key_len[r / rows_per_key] : cols;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int j = 0; j < valid; j++) mx = fmaxf(mx, scale * x[j]);
+        for (int j = 0; j < valid; j++) { y[j] = expf(scale * x[j] - mx); sum += y[j]; }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < valid; j++) y[j] *= inv;
+        for (int j = valid; j < cols; j++) y[j] = 0.0f;
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_softmax_bwd(void *ctx, float *din, const float *dout, const float *out, int rows, int cols,
+                                  float scale) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *dy = dout + (size_t)r * cols, *y = out + (size_t)r * cols;
+        float *dx = din + (size_t)r * cols;
+        float dot = 0.0f;
+        for (int j = 0; j < cols; j++) dot += dy[j] * y[j];
+        for (int j = 0; j < cols; j++) dx[j] = scale * y[j] * (dy[j] - dot);
+    }
+    return TFB_OK;
+}
+
+/* GELU is the exact erf form (BERT's published GELU; PyTorch nn.GELU() default). */
+static inline float act_value(tfb_act act, float x) {
+    return act == TFB_ACT_GELU ? 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)) : tanhf(x);
+}
+
+static inline float act_slope(tfb_act act, float x) {
+    if (act == TFB_ACT_TANH) { float t = tanhf(x); return 1.0f - t * t; }
+    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
+}
+
+static tfb_status cpu_act_fwd(void *ctx, tfb_act act, float *out, const float *in, size_t n) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = act_value(act, in[i]);
+    return TFB_OK;
+}
+
+static tfb_status cpu_act_bwd(void *ctx, tfb_act act, float *din, const float *dout, const float *in, size_t n) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) din[i] = dout[i] * act_slope(act, in[i]);
+    return TFB_OK;
+}
+
+static tfb_status cpu_bias_add(void *ctx, float *x, const float *bias, int n, int h) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < h; j++) x[(size_t)i * h + j] += bias[j];
+    return TFB_OK;
+}
+
+static tfb_status cpu_bias_grad(void *ctx, float *dbias, const float *dout, int n, int h) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < h; c0 += COL_BLOCK) {
+        int c1 = c0 + COL_BLOCK < h ? c0 + COL_BLOCK : h;
+        float acc[COL_BLOCK] = {0};
+        for (int i = 0; i < n; i++)
+            for (int j = c0; j < c1; j++) acc[j - c0] += dout[(size_t)i * h + j];
+        for (int j = c0; j < c1; j++) dbias[j] += acc[j - c0];
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_residual_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    return TFB_OK;
+}
+
+/* One Philox block serves four consecutive global indices; each group is handled by one thread. */
+static void dropout_apply(float *out, const float *in, size_t n, float p, tfb_dropout_key key) {
+    tfb_philox_key k = tfb_philox_key_make(key.seed, key.site);
+    float keep_scale = 1.0f / (1.0f - p);
+    uint64_t g0 = key.offset >> 2, g1 = (key.offset + n + 3) >> 2;
+#pragma omp parallel for schedule(static)
+    for (uint64_t g = g0; g < g1; g++) {
+        tfb_philox_ctr r = tfb_philox_block(k, g << 2, key.step);
+        for (int q = 0; q < 4; q++) {
+            uint64_t idx = (g << 2) + (uint64_t)q;
+            if (idx < key.offset || idx >= key.offset + n) continue;
+            size_t e = (size_t)(idx - key.offset);
+            out[e] = tfb_u32_to_unit(r.v[q]) >= p ? in[e] * keep_scale : 0.0f;
+        }
+    }
+}
+
+static tfb_status cpu_dropout_fwd(void *ctx, float *out, const float *in, size_t n, float p, tfb_dropout_key key) {
+    (void)ctx;
+    if (p <= 0.0f) { if (out != in) memmove(out, in, n * sizeof(float)); return TFB_OK; }
+    dropout_apply(out, in, n, p, key);
+    return TFB_OK;
+}
+
+/* The backward of dropout is the same mask and scale applied to the incoming gradient. */
+static tfb_status cpu_dropout_bwd(void *ctx, float *din, const float *dout, size_t n, float p, tfb_dropout_key key) {
+    return cpu_dropout_fwd(ctx, din, dout, n, p, key);
+}
+
+static tfb_status cpu_xent_fwd(void *ctx, float *loss_sum, const float *logits, const int *labels, int n, int v) {
+    (void)ctx;
+    double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (int i = 0; i < n; i++) {
+        if (labels[i] < 0) continue;
+        const float *x = logits + (size_t)i * v;
+        float mx = -INFINITY;
+        double s = 0.0;
+        for (int j = 0; j < v; j++) mx = fmaxf(mx, x[j]);
+        for (int j = 0; j < v; j++) s += expf(x[j] - mx);
+        total += log(s) + mx - x[labels[i]];
+    }
+    *loss_sum = (float)total;
+    return TFB_OK;
+}
+
+static tfb_status cpu_xent_bwd(void *ctx, float *dlogits, const float *logits, const int *labels, int n, int v,
+                               float dscale) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v;
+        float *dx = dlogits + (size_t)i * v;
+        if (labels[i] < 0) { memset(dx, 0, (size_t)v * sizeof(float)); continue; }
+        float mx = -INFINITY, s = 0.0f;
+        for (int j = 0; j < v; j++) mx = fmaxf(mx, x[j]);
+        for (int j = 0; j < v; j++) s += expf(x[j] - mx);
+        float inv = 1.0f / s;
+        for (int j = 0; j < v; j++) dx[j] = expf(x[j] - mx) * inv * dscale;
+        dx[labels[i]] -= dscale;
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
+                            const tfb_adamw_hparams *hp) {
+    (void)ctx;
+    float c1 = 1.0f / (1.0f - powf(hp->beta1, (float)hp->step));
+    float c2 = 1.0f / (1.0f - powf(hp->beta2, (float)hp->step));
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * hp->grad_scale;
+        m[i] = hp->beta1 * m[i] + (1.0f - hp->beta1) * gi;
+        v[i] = hp->beta2 * v[i] + (1.0f - hp->beta2) * gi * gi;
+        float update = (m[i] * c1) / (sqrtf(v[i] * c2) + hp->eps);
+        w[i] -= hp->lr * (update + hp->weight_decay * w[i]);
+    }
+    return TFB_OK;
+}
+
+static float load_elem(const void *p, tfb_dtype t, size_t i) {
+    if (t == TFB_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return t == TFB_F16 ? tfb_f16_to_f32(h) : tfb_bf16_to_f32(h);
+}
+
+static void store_elem(void *p, tfb_dtype t, size_t i, float x) {
+    if (t == TFB_F32) ((float *)p)[i] = x;
+    else ((uint16_t *)p)[i] = t == TFB_F16 ? tfb_f32_to_f16(x) : tfb_f32_to_bf16(x);
+}
+
+static tfb_status cpu_cast(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type,
+                           size_t n) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) store_elem(dst, dst_type, i, load_elem(src, src_type, i));
+    return TFB_OK;
+}
+
+static tfb_status cpu_check_finite(void *ctx, const float *x, size_t n, int *all_finite) {
+    (void)ctx;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad)
+    for (size_t i = 0; i < n; i++) bad |= !isfinite(x[i]);
+    *all_finite = !bad;
+    return TFB_OK;
+}
+
+void tfb_cpu_ops_install(tfb_backend *be) {
+    be->embedding_fwd = cpu_embedding_fwd;
+    be->embedding_bwd = cpu_embedding_bwd;
+    be->layernorm_fwd = cpu_layernorm_fwd;
+    be->layernorm_bwd = cpu_layernorm_bwd;
+    be->softmax_fwd = cpu_softmax_fwd;
+    be->softmax_bwd = cpu_softmax_bwd;
+    be->act_fwd = cpu_act_fwd;
+    be->act_bwd = cpu_act_bwd;
+    be->bias_add = cpu_bias_add;
+    be->bias_grad = cpu_bias_grad;
+    be->residual_add = cpu_residual_add;
+    be->dropout_fwd = cpu_dropout_fwd;
+    be->dropout_bwd = cpu_dropout_bwd;
+    be->xent_fwd = cpu_xent_fwd;
+    be->xent_bwd = cpu_xent_bwd;
+    be->adamw = cpu_adamw;
+    be->cast = cpu_cast;
+    be->check_finite = cpu_check_finite;
+}

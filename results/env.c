@@ -1,0 +1,91 @@
+/* env.c — see env.h. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+#include <cblas.h>
+#include <omp.h>
+#include "env.h"
+#include "config.h"
+#if HAVE_HWLOC
+#include <hwloc.h>
+#endif
+
+#ifndef TFB_GIT_COMMIT
+#define TFB_GIT_COMMIT "unknown"
+#endif
+
+/* First "key: value" line of a text file whose key starts with `key`; "" if none. */
+static const char *file_field(const char *path, const char *key, char *buf, size_t len) {
+    FILE *f = fopen(path, "r");
+    buf[0] = '\0';
+    if (!f) return buf;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, strlen(key)) != 0) continue;
+        char *v = strchr(line, ':');
+        if (!v) v = strchr(line, '=');
+        if (!v) continue;
+        for (v++; *v == ' ' || *v == '\t' || *v == '"'; v++) {}
+        v[strcspn(v, "\"\n")] = '\0';
+        snprintf(buf, len, "%s", v);
+        break;
+    }
+    fclose(f);
+    return buf;
+}
+
+const char *tfb_env_cpu_model(void) {
+    static char buf[256];
+    if (!buf[0]) file_field("/proc/cpuinfo", "model name", buf, sizeof buf);
+    return buf[0] ? buf : "unknown";
+}
+
+const char *tfb_env_blas(void) {
+    static char buf[256];
+    snprintf(buf, sizeof buf, "%s", openblas_get_config());
+    return buf;
+}
+
+static void add_system(cJSON *e) {
+    struct utsname u;
+    struct sysinfo si;
+    char buf[256];
+    if (uname(&u) == 0) {
+        cJSON_AddStringToObject(e, "host", u.nodename);
+        cJSON_AddStringToObject(e, "kernel", u.release);
+        cJSON_AddStringToObject(e, "machine", u.machine);
+    }
+    cJSON_AddStringToObject(e, "os", file_field("/etc/os-release", "PRETTY_NAME", buf, sizeof buf));
+    cJSON_AddStringToObject(e, "cpu_model", tfb_env_cpu_model());
+    cJSON_AddNumberToObject(e, "cpu_cores_online", (double)sysconf(_SC_NPROCESSORS_ONLN));
+    if (sysinfo(&si) == 0) cJSON_AddNumberToObject(e, "memory_bytes", (double)si.totalram * si.mem_unit);
+}
+
+static void add_libraries(cJSON *e, const char *mpi_library) {
+    char buf[64];
+    cJSON_AddStringToObject(e, "compiler", "gcc " __VERSION__);
+    cJSON_AddStringToObject(e, "mpi_library", mpi_library);
+    cJSON_AddStringToObject(e, "blas", tfb_env_blas());
+    snprintf(buf, sizeof buf, "%d", _OPENMP);
+    cJSON_AddStringToObject(e, "openmp", buf);
+#if HAVE_HWLOC
+    unsigned v = hwloc_get_api_version();
+    snprintf(buf, sizeof buf, "%u.%u.%u", v >> 16, (v >> 8) & 0xff, v & 0xff);
+    cJSON_AddStringToObject(e, "hwloc", buf);
+#else
+    cJSON_AddNullToObject(e, "hwloc");
+#endif
+    cJSON_AddStringToObject(e, "cjson", cJSON_Version());
+    cJSON_AddStringToObject(e, "tfbench_version", TFB_VERSION);
+    cJSON_AddStringToObject(e, "tfbench_commit", TFB_GIT_COMMIT);
+}
+
+cJSON *tfb_env_capture(const char *mpi_library) {
+    cJSON *e = cJSON_CreateObject();
+    if (!e) return NULL;
+    add_system(e);
+    add_libraries(e, mpi_library);
+    return e;
+}

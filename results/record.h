@@ -1,0 +1,55 @@
+/* record.h — everything one tfbench run measured and how, as plain data: filled by the run driver on rank 0,
+ * printed by bench/report.c and written by results/results_json.c. Times are seconds; per-step arrays are the
+ * global step (max over ranks) in trial-major order.
+ */
+#ifndef TFB_RECORD_H
+#define TFB_RECORD_H
+#include <stddef.h>
+#include <stdint.h>
+
+enum { TFB_PHASE_FWD, TFB_PHASE_BWD, TFB_PHASE_COMM, TFB_PHASE_OPT, TFB_N_PHASES };
+
+typedef struct {
+    /* configuration */
+    int argc;
+    char **argv;
+    const char *model, *precision, *parallel, *scaling, *backend;
+    int ranks, threads_per_rank, local_batch, global_batch, seq_len, masked, warmup, steps, trials;
+    double dropout, lr, bucket_mb;
+    uint64_t seed;
+    size_t params;
+    double flops_per_sample;
+    const char *flops_convention;
+    double peak_tflops;          /* sum over ranks */
+    const char *peak_source;     /* "measured: ..." or "given with --peak-tflops" */
+    size_t memory_bytes;         /* planned pools on one rank */
+    int n_buckets;
+    /* measurements */
+    double *step_s;              /* [trials * steps] */
+    double *phase_s[TFB_N_PHASES]; /* [trials * steps] */
+    double *window_s;            /* [trials] max over ranks */
+    double *loss;                /* [warmup + trials * steps] mean over ranks */
+    double *rank_step_median_s;  /* [ranks] each rank's own median step time */
+    int loss_scaled;             /* FP16 dynamic loss scaling in use */
+    double loss_scale_final;
+    int skipped_steps, backoffs;
+    uint64_t *param_checksum;    /* [ranks] FNV-1a of the FP32 master weights after the run */
+    int params_identical;
+    int progress_done;
+} tfb_run_record;
+
+/* What the tables and the JSON report, derived from a record in one place. */
+typedef struct {
+    double samples;              /* timed samples, all trials, all ranks */
+    double window_s;             /* sum of trial windows */
+    double throughput;           /* samples / window_s */
+    double trial_tput_mean, trial_tput_ci95; /* across trials; ci95 is NaN with one trial */
+    double step_median, step_p5, step_p95, step_min, step_max;
+    double phase_median[TFB_N_PHASES];
+    double achieved_tflops, mfu;
+} tfb_run_summary;
+
+tfb_run_summary tfb_record_summarize(const tfb_run_record *r);
+extern const char *const tfb_phase_names[TFB_N_PHASES];
+
+#endif

@@ -1,0 +1,170 @@
+/* results_json.c — see results_json.h and SCHEMA.md. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include "results_json.h"
+#include "env.h"
+
+static void dir_of(const char *path, char *dir, size_t len) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, len, ".");
+    else if (slash == path) snprintf(dir, len, "/");
+    else snprintf(dir, len, "%.*s", (int)(slash - path), path);
+}
+
+tfb_status tfb_results_check_path(const char *path, char *err, size_t len) {
+    char dir[4096];
+    struct stat st;
+    dir_of(path, dir, sizeof dir);
+    if (path[0] == '\0' || path[strlen(path) - 1] == '/' || (stat(path, &st) == 0 && S_ISDIR(st.st_mode))) {
+        snprintf(err, len, "--output: '%s' is a directory, not a file name", path);
+        return TFB_ERR_ARG;
+    }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, len, "--output: directory '%s' does not exist", dir);
+        return TFB_ERR_ARG;
+    }
+    if (access(dir, W_OK) != 0) {
+        snprintf(err, len, "--output: directory '%s' is not writable (%s)", dir, strerror(errno));
+        return TFB_ERR_ARG;
+    }
+    return TFB_OK;
+}
+
+tfb_status tfb_results_default_path(const tfb_run_record *r, char *path, size_t len) {
+    time_t now = time(NULL);
+    struct tm tm;
+    char stamp[32];
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    if ((mkdir("results", 0777) != 0 && errno != EEXIST) || (mkdir("results/runs", 0777) != 0 && errno != EEXIST))
+        return TFB_ERR_IO;
+    snprintf(path, len, "results/runs/tfbench-%s-%s-%dr-%s-%ld.json", r->model, r->precision, r->ranks, stamp,
+             (long)getpid());
+    return TFB_OK;
+}
+
+static cJSON *num_or_null(double x) { return isfinite(x) ? cJSON_CreateNumber(x) : cJSON_CreateNull(); }
+
+static cJSON *config_json(const tfb_run_record *r) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "model", r->model);
+    cJSON_AddStringToObject(c, "precision", r->precision);
+    cJSON_AddStringToObject(c, "parallel", r->parallel);
+    cJSON_AddStringToObject(c, "scaling", r->scaling);
+    cJSON_AddStringToObject(c, "backend", r->backend);
+    cJSON_AddNumberToObject(c, "ranks", r->ranks);
+    cJSON_AddNumberToObject(c, "data_parallel_size", r->ranks);
+    cJSON_AddNumberToObject(c, "threads_per_rank", r->threads_per_rank);
+    cJSON_AddNumberToObject(c, "batch_per_rank", r->local_batch);
+    cJSON_AddNumberToObject(c, "global_batch", r->global_batch);
+    cJSON_AddNumberToObject(c, "seq_len", r->seq_len);
+    cJSON_AddNumberToObject(c, "masked_per_sequence", r->masked);
+    cJSON_AddNumberToObject(c, "warmup_steps", r->warmup);
+    cJSON_AddNumberToObject(c, "timed_steps_per_trial", r->steps);
+    cJSON_AddNumberToObject(c, "trials", r->trials);
+    cJSON_AddNumberToObject(c, "dropout", r->dropout);
+    cJSON_AddNumberToObject(c, "lr", r->lr);
+    cJSON_AddNumberToObject(c, "bucket_mb", r->bucket_mb);
+    cJSON_AddNumberToObject(c, "gradient_buckets", r->n_buckets);
+    cJSON_AddNumberToObject(c, "seed", (double)r->seed);
+    cJSON_AddNumberToObject(c, "parameters", (double)r->params);
+    cJSON_AddNumberToObject(c, "memory_planned_bytes_per_rank", (double)r->memory_bytes);
+    return c;
+}
+
+static cJSON *summary_json(const tfb_run_record *r, const tfb_run_summary *s) {
+    cJSON *o = cJSON_CreateObject(), *st = cJSON_CreateObject(), *ph = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "throughput_samples_per_s", s->throughput);
+    cJSON_AddStringToObject(o, "throughput_definition",
+                            "timed samples over all ranks / sum of trial windows; a window is the max over ranks "
+                            "of the time between barriers, device synchronised");
+    cJSON_AddItemToObject(o, "throughput_trial_mean", num_or_null(s->trial_tput_mean));
+    cJSON_AddItemToObject(o, "throughput_ci95_halfwidth_across_trials", num_or_null(s->trial_tput_ci95));
+    cJSON_AddNumberToObject(st, "median", s->step_median);
+    cJSON_AddNumberToObject(st, "p5", s->step_p5);
+    cJSON_AddNumberToObject(st, "p95", s->step_p95);
+    cJSON_AddNumberToObject(st, "min", s->step_min);
+    cJSON_AddNumberToObject(st, "max", s->step_max);
+    cJSON_AddStringToObject(st, "definition", "seconds per step, each step the max over ranks");
+    cJSON_AddItemToObject(o, "step_time_s", st);
+    for (int p = 0; p < TFB_N_PHASES; p++) cJSON_AddNumberToObject(ph, tfb_phase_names[p], s->phase_median[p]);
+    cJSON_AddItemToObject(o, "phase_median_s", ph);
+    cJSON_AddNumberToObject(o, "flops_per_sample", r->flops_per_sample);
+    cJSON_AddStringToObject(o, "flops_convention", r->flops_convention);
+    cJSON_AddNumberToObject(o, "achieved_tflops", s->achieved_tflops);
+    cJSON_AddItemToObject(o, "peak_tflops_all_ranks", num_or_null(r->peak_tflops));
+    cJSON_AddStringToObject(o, "peak_source", r->peak_source);
+    cJSON_AddItemToObject(o, "mfu", num_or_null(s->mfu));
+    return o;
+}
+
+static cJSON *per_step_json(const tfb_run_record *r) {
+    int n = r->trials * r->steps;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "step_time_s", cJSON_CreateDoubleArray(r->step_s, n));
+    for (int p = 0; p < TFB_N_PHASES; p++)
+        cJSON_AddItemToObject(o, tfb_phase_names[p], cJSON_CreateDoubleArray(r->phase_s[p], n));
+    cJSON_AddItemToObject(o, "loss_all_steps_including_warmup", cJSON_CreateDoubleArray(r->loss, r->warmup + n));
+    return o;
+}
+
+static cJSON *checks_json(const tfb_run_record *r) {
+    cJSON *o = cJSON_CreateObject(), *sums = cJSON_CreateArray();
+    for (int i = 0; i < r->ranks; i++) {
+        char hex[24];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->param_checksum[i]);
+        cJSON_AddItemToArray(sums, cJSON_CreateString(hex));
+    }
+    cJSON_AddItemToObject(o, "param_checksum_per_rank", sums);
+    cJSON_AddBoolToObject(o, "params_identical_across_ranks", r->params_identical);
+    cJSON_AddItemToObject(o, "rank_median_step_s", cJSON_CreateDoubleArray(r->rank_step_median_s, r->ranks));
+    cJSON_AddBoolToObject(o, "dynamic_loss_scaling", r->loss_scaled);
+    cJSON_AddNumberToObject(o, "loss_scale_final", r->loss_scale_final);
+    cJSON_AddNumberToObject(o, "skipped_steps", r->skipped_steps);
+    cJSON_AddNumberToObject(o, "loss_scale_backoffs", r->backoffs);
+    return o;
+}
+
+static cJSON *record_json(const tfb_run_record *r, const char *mpi_library) {
+    tfb_run_summary s = tfb_record_summarize(r);
+    cJSON *root = cJSON_CreateObject(), *argv = cJSON_CreateArray();
+    char when[32];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    cJSON_AddNumberToObject(root, "schema_version", TFB_SCHEMA_VERSION);
+    cJSON_AddStringToObject(root, "tool", "tfbench");
+    cJSON_AddStringToObject(root, "written_at", when);
+    for (int i = 0; i < r->argc; i++) cJSON_AddItemToArray(argv, cJSON_CreateString(r->argv[i]));
+    cJSON_AddItemToObject(root, "command_line", argv);
+    cJSON_AddItemToObject(root, "config", config_json(r));
+    cJSON_AddItemToObject(root, "environment", tfb_env_capture(mpi_library));
+    cJSON_AddItemToObject(root, "summary", summary_json(r, &s));
+    cJSON_AddItemToObject(root, "per_step", per_step_json(r));
+    cJSON_AddItemToObject(root, "checks", checks_json(r));
+    return root;
+}
+
+tfb_status tfb_results_write(const char *path, const tfb_run_record *r, const char *mpi_library) {
+    cJSON *root = record_json(r, mpi_library);
+    char *text = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    TFB_CHECK_ALLOC(text);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f) != 0) ok = 0;
+    free(text);
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return TFB_ERR_IO;
+    }
+    return TFB_OK;
+}
