@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every tfbench test (C unit tests, then the end-to-end checks through the command line) from the repository
+# root, counts each "ok"/"FAIL" line they print, and ends with "N passed, N failed". Exit status 1 on any failure.
+set -u
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+log=$(mktemp)
+status=0
+for t in build/tests/test_ops build/tests/test_bert_layer build/tests/test_model "python3 tests/test_training.py"; do
+    echo "== $t"
+    $t 2>&1 | tee -a "$log" || status=1
+done
+passed=$(grep -c '^ok ' "$log")
+failed=$(grep -c '^FAIL ' "$log")
+rm -f "$log"
+[ "$failed" -gt 0 ] && status=1
+[ "$passed" -eq 0 ] && status=1
+echo "$passed passed, $failed failed"
+exit $status

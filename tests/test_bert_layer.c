@@ -1,0 +1,101 @@
+/* test_bert_layer.c — one BERT encoder layer of tfbench (bench/bert_layer.c on the CPU backend) against the
+ * reference PyTorch computed once (scripts/make-layer-fixture.py, tests/fixtures/bert_layer): the output, the input
+ * gradient and every weight gradient, each within 1e-4 of the reference relative to its largest element (FP32).
+ * Then the same layer in FP16 and BF16 (16-bit GEMM inputs) within the tolerance their rounding allows.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "../bench/bert_layer.h"
+#include "../bench/npy.h"
+
+enum { B = 2, S = 8, H = 32, A = 4, F = 128 };
+static const char *dir = "tests/fixtures/bert_layer";
+
+static float *load(const char *name, size_t want) {
+    char path[512];
+    float *d = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+    if (tfb_npy_read_f32(path, &d, &n) != TFB_OK || n != want) {
+        printf("FAIL load_%s: cannot read %s (%zu elements, want %zu)\n", name, path, n, want);
+        exit(1);
+    }
+    return d;
+}
+
+/* max |got - ref| / max |ref| */
+static double rel_err(const float *got, const float *ref, size_t n) {
+    double e = 0, m = 0;
+    for (size_t i = 0; i < n; i++) { e = fmax(e, fabs(got[i] - ref[i])); m = fmax(m, fabs(ref[i])); }
+    return e / (m > 0 ? m : 1);
+}
+
+typedef struct { const char *name; size_t n; } wspec;
+static const wspec W[12] = {{"qkv_w", 3 * H * H}, {"qkv_b", 3 * H}, {"ao_w", H * H}, {"ao_b", H}, {"ln1_g", H},
+                            {"ln1_b", H}, {"ff1_w", F * H}, {"ff1_b", F}, {"ff2_w", H * F}, {"ff2_b", H},
+                            {"ln2_g", H}, {"ln2_b", H}};
+
+static float *zeros(size_t n) { return calloc(n, sizeof(float)); }
+
+static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
+    size_t N = B * S, total = 0;
+    for (int i = 0; i < 12; i++) total += W[i].n;
+    float *master = zeros(total), *grads = zeros(total);
+    uint16_t *lp = calloc(total, 2);
+    bert_layer_w w, dw;
+    float **wp = (float **)&w, **gp = (float **)&dw;
+    size_t off = 0;
+    for (int i = 0; i < 12; i++) {
+        float *v = load(W[i].name, W[i].n);
+        memcpy(master + off, v, W[i].n * 4);
+        free(v);
+        wp[i] = master + off;
+        gp[i] = grads + off;
+        off += W[i].n;
+    }
+    if (t != TFB_F32) be->cast(be->ctx, lp, t, master, TFB_F32, total);
+    int key_len[B] = {8, 5};
+    size_t lpn = bert_layer_lp_elems(B, S, H, A, F);
+    bert_ctx c = {.be = be, .gemm_type = t, .batch = B, .seq = S, .hidden = H, .heads = A, .ffn = F,
+                  .key_len = key_len, .lp_elems = lpn, .master_base = master, .lp_weights = lp};
+    for (int i = 0; i < 3; i++) c.lp[i] = calloc(lpn, 2);
+    bert_layer_acts a = {zeros(N * 3 * H), zeros(B * A * S * S), zeros(B * A * S * S), zeros(N * H), zeros(N * H),
+                         zeros(N), zeros(N), zeros(N * H), zeros(N * F), zeros(N * F), zeros(N * H), zeros(N),
+                         zeros(N), zeros(N * H)};
+    bert_layer_scratch s = {zeros(N * H), zeros(N * H), zeros(N * 3 * H), zeros(B * A * S * S), zeros(N * F)};
+    float *x = load("x", N * H), *grad = load("dy", N * H), *y = load("y", N * H), *dx = load("dx", N * H);
+    char name[96];
+    int ok_f = bert_layer_fwd(&c, 0, &w, x, &a) == TFB_OK;
+    double ey = rel_err(a.y, y, N * H);
+    snprintf(name, sizeof name, "bert_layer_%s_forward_vs_pytorch", tag);
+    EXPECT(name, ok_f && ey < tol, "rel err %g (tolerance %g)", ey, tol);
+    int ok_b = bert_layer_bwd(&c, 0, &w, &dw, x, &a, &s, grad) == TFB_OK;
+    double ex = rel_err(grad, dx, N * H);
+    snprintf(name, sizeof name, "bert_layer_%s_input_grad_vs_pytorch", tag);
+    EXPECT(name, ok_b && ex < tol, "rel err %g (tolerance %g)", ex, tol);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < 12; i++) {
+        char g[16];
+        snprintf(g, sizeof g, "d%s", W[i].name);
+        float *ref = load(g, W[i].n);
+        double e = rel_err(gp[i], ref, W[i].n);
+        if (e > worst) { worst = e; worst_name = W[i].name; }
+        free(ref);
+    }
+    snprintf(name, sizeof name, "bert_layer_%s_weight_grads_vs_pytorch", tag);
+    EXPECT(name, worst < tol, "worst %s rel err %g (tolerance %g)", worst_name, worst, tol);
+}
+
+int main(void) {
+    tfb_backend *be;
+    char why[128];
+    if (tfb_backend_open("cpu", 2, &be, why, sizeof why) != TFB_OK) { printf("FAIL backend_open: %s\n", why); return 1; }
+    run(be, TFB_F32, 1e-4, "fp32");
+    run(be, TFB_F16, 5e-3, "fp16"); /* 11-bit significands: ~5e-4 per operand, a few GEMMs deep */
+    run(be, TFB_BF16, 4e-2, "bf16"); /* 8-bit significands: ~4e-3 per operand */
+    be->destroy(be);
+    return test_failures ? 1 : 0;
+}

@@ -1,0 +1,309 @@
+/* test_ops.c — every CPU-backend op checked against an independent reference: backward passes against central
+ * finite differences of L = sum(out * R) for random R (FP32, h = 1e-2 on O(1) inputs; tolerance: relative L2 error
+ * of the whole gradient < 5e-3), GEMM against a naive triple loop (all transposes, batches, FP16/BF16 inputs),
+ * AdamW against the closed form, conversions against known bit patterns, Philox against the Random123 known-answer
+ * vectors, and the dropout mask's independence from how a tensor is split.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "../kernels/backend.h"
+#include "../kernels/half.h"
+#include "../kernels/philox.h"
+
+static tfb_backend *be;
+static unsigned rng_state = 12345u;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)(rng_state >> 8) / 8388608.0f - 1.0f;
+}
+static float *rand_vec(size_t n) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = frand();
+    return x;
+}
+static double dot(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+/* Central differences of f over x, compared with the analytic gradient g: relative L2 error. */
+typedef double (*scalar_fn)(void *ctx);
+static double fd_error(float *x, size_t n, const float *g, scalar_fn f, void *ctx) {
+    const float h = 1e-2f;
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        float save = x[i];
+        x[i] = save + h;
+        double fp = f(ctx);
+        x[i] = save - h;
+        double fm = f(ctx);
+        x[i] = save;
+        double d = (fp - fm) / (2 * h);
+        num += (d - g[i]) * (d - g[i]);
+        den += (double)g[i] * g[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+#define FD_TOL 5e-3
+
+/* ---- LayerNorm ---- */
+typedef struct { int n, h; float *x, *g, *b, *y, *mean, *rstd, *r; } ln_case;
+static double ln_loss(void *p) {
+    ln_case *c = p;
+    be->layernorm_fwd(be->ctx, c->y, c->mean, c->rstd, c->x, c->g, c->b, c->n, c->h, 1e-5f);
+    return dot(c->y, c->r, (size_t)c->n * c->h);
+}
+static void test_layernorm(void) {
+    ln_case c = {.n = 6, .h = 24};
+    size_t nh = (size_t)c.n * c.h;
+    c.x = rand_vec(nh); c.g = rand_vec(c.h); c.b = rand_vec(c.h); c.r = rand_vec(nh);
+    c.y = malloc(nh * 4); c.mean = malloc(c.n * 4); c.rstd = malloc(c.n * 4);
+    float *dx = malloc(nh * 4), *dg = calloc(c.h, 4), *db = calloc(c.h, 4);
+    ln_loss(&c);
+    be->layernorm_bwd(be->ctx, dx, dg, db, c.r, c.x, c.mean, c.rstd, c.g, c.n, c.h);
+    double ex = fd_error(c.x, nh, dx, ln_loss, &c), eg = fd_error(c.g, c.h, dg, ln_loss, &c);
+    double eb = fd_error(c.b, c.h, db, ln_loss, &c);
+    EXPECT("layernorm_bwd_input_vs_fd", ex < FD_TOL, "rel err %g", ex);
+    EXPECT("layernorm_bwd_gamma_vs_fd", eg < FD_TOL, "rel err %g", eg);
+    EXPECT("layernorm_bwd_beta_vs_fd", eb < FD_TOL, "rel err %g", eb);
+}
+
+/* ---- softmax with scale and key mask ---- */
+typedef struct { int rows, cols; float scale; int *klen; float *x, *y, *r; } sm_case;
+static double sm_loss(void *p) {
+    sm_case *c = p;
+    be->softmax_fwd(be->ctx, c->y, c->x, c->rows, c->cols, c->scale, c->klen, 2);
+    return dot(c->y, c->r, (size_t)c->rows * c->cols);
+}
+static void test_softmax(void) {
+    int klen[3] = {16, 9, 1};
+    sm_case c = {.rows = 6, .cols = 16, .scale = 0.7f, .klen = klen};
+    size_t n = (size_t)c.rows * c.cols;
+    c.x = rand_vec(n); c.r = rand_vec(n); c.y = malloc(n * 4);
+    float *dx = malloc(n * 4);
+    sm_loss(&c);
+    int masked_zero = 1;
+    for (int r = 0; r < c.rows; r++) {
+        double s = 0;
+        for (int j = 0; j < c.cols; j++) {
+            s += c.y[r * c.cols + j];
+            if (j >= klen[r / 2] && c.y[r * c.cols + j] != 0.0f) masked_zero = 0;
+        }
+        if (fabs(s - 1) > 1e-5) masked_zero = 0;
+    }
+    EXPECT("softmax_rows_sum_to_one_and_mask_zeroes", masked_zero, "row sums or masked columns wrong");
+    be->softmax_bwd(be->ctx, dx, c.r, c.y, c.rows, c.cols, c.scale);
+    double e = fd_error(c.x, n, dx, sm_loss, &c);
+    EXPECT("softmax_bwd_vs_fd", e < FD_TOL, "rel err %g", e);
+}
+
+/* ---- GELU, tanh ---- */
+typedef struct { tfb_act act; size_t n; float *x, *y, *r; } act_case;
+static double act_loss(void *p) {
+    act_case *c = p;
+    be->act_fwd(be->ctx, c->act, c->y, c->x, c->n);
+    return dot(c->y, c->r, c->n);
+}
+static void test_act(tfb_act act, const char *name) {
+    act_case c = {.act = act, .n = 200};
+    c.x = rand_vec(c.n); c.r = rand_vec(c.n); c.y = malloc(c.n * 4);
+    for (size_t i = 0; i < c.n; i++) c.x[i] *= 3;
+    float *dx = malloc(c.n * 4);
+    be->act_bwd(be->ctx, act, dx, c.r, c.x, c.n);
+    double e = fd_error(c.x, c.n, dx, act_loss, &c);
+    EXPECT(name, e < FD_TOL, "rel err %g", e);
+    float one = 1.0f, y;
+    be->act_fwd(be->ctx, TFB_ACT_GELU, &y, &one, 1);
+    if (act == TFB_ACT_GELU) EXPECT("gelu_value_at_1_is_erf_form", fabsf(y - 0.8413447f) < 1e-6f, "gelu(1) = %.7f", y);
+}
+
+/* ---- cross-entropy ---- */
+typedef struct { int n, v; int *lab; float *x, loss; } xe_case;
+static double xe_loss(void *p) {
+    xe_case *c = p;
+    be->xent_fwd(be->ctx, &c->loss, c->x, c->lab, c->n, c->v);
+    return c->loss;
+}
+static void test_xent(void) {
+    int lab[4] = {3, 0, -1, 9};
+    xe_case c = {.n = 4, .v = 10, .lab = lab};
+    size_t n = 40;
+    c.x = rand_vec(n);
+    float *dx = malloc(n * 4);
+    be->xent_bwd(be->ctx, dx, c.x, lab, c.n, c.v, 1.0f);
+    double e = fd_error(c.x, n, dx, xe_loss, &c);
+    EXPECT("xent_bwd_vs_fd_with_ignored_row", e < FD_TOL, "rel err %g", e);
+    float uniform[10] = {0}, l;
+    int one = 4;
+    be->xent_fwd(be->ctx, &l, uniform, &one, 1, 10);
+    EXPECT("xent_uniform_is_log_v", fabsf(l - logf(10)) < 1e-6f, "loss %g", l);
+}
+
+/* ---- embedding: forward gathers, backward scatter-adds repeated ids ---- */
+typedef struct { int n, h; int *ids; float *t, *y, *r; } emb_case;
+static double emb_loss(void *p) {
+    emb_case *c = p;
+    be->embedding_fwd(be->ctx, c->y, c->t, c->ids, c->n, c->h, 0);
+    return dot(c->y, c->r, (size_t)c->n * c->h);
+}
+static void test_embedding(void) {
+    int ids[5] = {2, 0, 2, 4, 2};
+    emb_case c = {.n = 5, .h = 70, .ids = ids};
+    c.t = rand_vec(5 * 70); c.r = rand_vec(5 * 70); c.y = malloc(5 * 70 * 4);
+    float *dt = calloc(5 * 70, 4);
+    be->embedding_bwd(be->ctx, dt, c.r, ids, c.n, c.h);
+    double e = fd_error(c.t, 5 * 70, dt, emb_loss, &c);
+    EXPECT("embedding_bwd_vs_fd_repeated_ids", e < FD_TOL, "rel err %g", e);
+}
+
+/* ---- bias ---- */
+static void test_bias(void) {
+    int n = 7, h = 130;
+    float *dy = rand_vec((size_t)n * h), *db = calloc(h, 4), *x = calloc((size_t)n * h, 4), *b = rand_vec(h);
+    be->bias_grad(be->ctx, db, dy, n, h);
+    be->bias_add(be->ctx, x, b, n, h);
+    double err = 0;
+    for (int j = 0; j < h; j++) {
+        double s = 0;
+        for (int i = 0; i < n; i++) { s += dy[i * h + j]; err = fmax(err, fabs(x[i * h + j] - b[j])); }
+        err = fmax(err, fabs(s - db[j]));
+    }
+    EXPECT("bias_add_and_grad_vs_loops", err < 1e-5, "max err %g", err);
+}
+
+/* ---- dropout: rate, scaling, backward = same mask, split-invariance ---- */
+static void test_dropout(void) {
+    size_t n = 100003;
+    float *x = malloc(n * 4), *y = malloc(n * 4), *y2 = malloc(n * 4), *d = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] = 1.0f;
+    tfb_dropout_key k = {.seed = 7, .site = 3, .step = 5, .offset = 0};
+    be->dropout_fwd(be->ctx, y, x, n, 0.1f, k);
+    size_t kept = 0;
+    int scale_ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        kept += y[i] != 0;
+        if (y[i] != 0 && fabsf(y[i] - 1 / 0.9f) > 1e-6f) scale_ok = 0;
+    }
+    double rate = 1.0 - (double)kept / n;
+    EXPECT("dropout_rate_and_scale", fabs(rate - 0.1) < 0.005 && scale_ok, "rate %g scale_ok %d", rate, scale_ok);
+    tfb_dropout_key k1 = k, k2 = k;
+    k2.offset = 40001; /* split at an offset that is not a multiple of 4 */
+    be->dropout_fwd(be->ctx, y2, x, 40001, 0.1f, k1);
+    be->dropout_fwd(be->ctx, y2 + 40001, x, n - 40001, 0.1f, k2);
+    EXPECT("dropout_mask_independent_of_split", memcmp(y, y2, n * 4) == 0, "masks differ");
+    be->dropout_bwd(be->ctx, d, x, n, 0.1f, k);
+    EXPECT("dropout_bwd_uses_forward_mask", memcmp(y, d, n * 4) == 0, "masks differ");
+    k.step = 6;
+    be->dropout_fwd(be->ctx, y2, x, n, 0.1f, k);
+    EXPECT("dropout_mask_changes_with_step", memcmp(y, y2, n * 4) != 0, "same mask");
+}
+
+/* ---- GEMM ---- */
+static float elem(const float *p, int ld, int trans, int r, int c) { return trans ? p[c * ld + r] : p[r * ld + c]; }
+static double gemm_case(int ta, int tb, int batch, tfb_dtype t) {
+    int m = 5, n = 7, k = 9, lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 1, ldc = n + 3;
+    long long sa = (long long)lda * (ta ? k : m), sb = (long long)ldb * (tb ? n : k), sc = (long long)ldc * m;
+    float *a = rand_vec((size_t)sa * batch), *b = rand_vec((size_t)sb * batch), *c = rand_vec((size_t)sc * batch);
+    float *c0 = malloc((size_t)sc * batch * 4);
+    memcpy(c0, c, (size_t)sc * batch * 4);
+    uint16_t *a16 = malloc((size_t)sa * batch * 2), *b16 = malloc((size_t)sb * batch * 2);
+    if (t != TFB_F32) { /* the reference sees the rounded 16-bit values */
+        be->cast(be->ctx, a16, t, a, TFB_F32, (size_t)sa * batch);
+        be->cast(be->ctx, b16, t, b, TFB_F32, (size_t)sb * batch);
+        be->cast(be->ctx, a, TFB_F32, a16, t, (size_t)sa * batch);
+        be->cast(be->ctx, b, TFB_F32, b16, t, (size_t)sb * batch);
+    }
+    tfb_gemm_desc d = {ta, tb, m, n, k, 0.5f, 0.25f, t == TFB_F32 ? (void *)a : a16, lda, sa,
+                       t == TFB_F32 ? (void *)b : b16, ldb, sb, c, ldc, sc, batch, t};
+    be->gemm(be->ctx, &d);
+    double err = 0;
+    for (int q = 0; q < batch; q++)
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double s = 0;
+                for (int l = 0; l < k; l++) s += (double)elem(a + q * sa, lda, ta, i, l) * elem(b + q * sb, ldb, tb, l, j);
+                double ref = 0.5 * s + 0.25 * c0[q * sc + i * ldc + j];
+                err = fmax(err, fabs(ref - c[q * sc + i * ldc + j]));
+            }
+    free(a); free(b); free(c); free(c0); free(a16); free(b16);
+    return err;
+}
+static void test_gemm(void) {
+    double worst = 0;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) worst = fmax(worst, gemm_case(ta, tb, 3, TFB_F32));
+    EXPECT("gemm_fp32_all_transposes_batched_vs_loops", worst < 1e-5, "max err %g", worst);
+    double e16 = fmax(gemm_case(0, 1, 2, TFB_F16), gemm_case(1, 0, 2, TFB_F16));
+    double eb16 = fmax(gemm_case(0, 1, 2, TFB_BF16), gemm_case(1, 1, 2, TFB_BF16));
+    EXPECT("gemm_fp16_inputs_fp32_accumulate", e16 < 1e-5, "max err %g", e16);
+    EXPECT("gemm_bf16_inputs_fp32_accumulate", eb16 < 1e-5, "max err %g", eb16);
+}
+
+/* ---- AdamW against the closed form of its first step ---- */
+static void test_adamw(void) {
+    float w[2] = {1.0f, -2.0f}, g[2] = {0.5f, -0.25f}, m[2] = {0}, v[2] = {0};
+    tfb_adamw_hparams hp = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                            .step = 1, .grad_scale = 0.5f};
+    be->adamw(be->ctx, w, g, m, v, 2, &hp);
+    /* step 1: m_hat = g', v_hat = g'^2, update = sign(g'); w -= lr * (sign + wd * w) */
+    double e0 = fabs(w[0] - (1.0 - 0.1 * (1.0 + 0.01 * 1.0))), e1 = fabs(w[1] - (-2.0 - 0.1 * (-1.0 + 0.01 * -2.0)));
+    EXPECT("adamw_first_step_closed_form", e0 < 1e-6 && e1 < 1e-6, "errors %g %g", e0, e1);
+    EXPECT("adamw_moments", fabsf(m[0] - 0.025f) < 1e-7f && fabsf(v[0] - 0.0000625f) < 1e-9f, "m %g v %g", m[0], v[0]);
+}
+
+/* ---- conversions and the finiteness check ---- */
+static void test_casts(void) {
+    EXPECT("f16_max_normal", tfb_f32_to_f16(65504.0f) == 0x7BFF, "got %04x", tfb_f32_to_f16(65504.0f));
+    EXPECT("f16_overflow_is_inf", tfb_f32_to_f16(65520.0f) == 0x7C00 && isinf(tfb_f16_to_f32(0x7C00)), "no inf");
+    EXPECT("f16_one_and_subnormal", tfb_f32_to_f16(1.0f) == 0x3C00 && tfb_f32_to_f16(5.9604645e-8f) == 0x0001 &&
+                                        tfb_f16_to_f32(0x0001) == 5.9604645e-8f, "bits wrong");
+    EXPECT("f16_round_to_nearest_even", tfb_f32_to_f16(1.0f + 1.0f / 2048) == 0x3C00 &&
+                                            tfb_f32_to_f16(1.0f + 3.0f / 2048) == 0x3C02, "rounding wrong");
+    EXPECT("bf16_round_trip", tfb_f32_to_bf16(1.0f) == 0x3F80 && tfb_bf16_to_f32(0x4049) == 3.140625f &&
+                                  tfb_f32_to_bf16(3.14159265f) == 0x4049, "bits wrong");
+    float x[5] = {1, 2, 3, 4, 5};
+    int ok = 0;
+    be->check_finite(be->ctx, x, 5, &ok);
+    int before = ok;
+    x[3] = NAN;
+    be->check_finite(be->ctx, x, 5, &ok);
+    EXPECT("check_finite_finds_nan", before == 1 && ok == 0, "before %d after %d", before, ok);
+}
+
+/* ---- Philox4x32-10 known answers (Random123 kat_vectors) ---- */
+static void test_philox(void) {
+    tfb_philox_ctr z = tfb_philox4x32_10((tfb_philox_ctr){{0, 0, 0, 0}}, (tfb_philox_key){{0, 0}});
+    tfb_philox_ctr f = tfb_philox4x32_10((tfb_philox_ctr){{~0u, ~0u, ~0u, ~0u}}, (tfb_philox_key){{~0u, ~0u}});
+    tfb_philox_ctr p = tfb_philox4x32_10((tfb_philox_ctr){{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
+                                         (tfb_philox_key){{0xa4093822u, 0x299f31d0u}});
+    EXPECT("philox_kat_zero", z.v[0] == 0x6627e8d5u && z.v[1] == 0xe169c58du && z.v[2] == 0xbc57ac4cu &&
+                                  z.v[3] == 0x9b00dbd8u, "%08x %08x %08x %08x", z.v[0], z.v[1], z.v[2], z.v[3]);
+    EXPECT("philox_kat_ones", f.v[0] == 0x408f276du && f.v[1] == 0x41c83b0eu && f.v[2] == 0xa20bc7c6u &&
+                                  f.v[3] == 0x6d5451fdu, "%08x %08x %08x %08x", f.v[0], f.v[1], f.v[2], f.v[3]);
+    EXPECT("philox_kat_pi", p.v[0] == 0xd16cfe09u && p.v[1] == 0x94fdccebu && p.v[2] == 0x5001e420u &&
+                                p.v[3] == 0x24126ea1u, "%08x %08x %08x %08x", p.v[0], p.v[1], p.v[2], p.v[3]);
+}
+
+int main(void) {
+    char why[128];
+    if (tfb_backend_open("cpu", 2, &be, why, sizeof why) != TFB_OK) { printf("FAIL backend_open: %s\n", why); return 1; }
+    test_layernorm();
+    test_softmax();
+    test_act(TFB_ACT_GELU, "gelu_bwd_vs_fd");
+    test_act(TFB_ACT_TANH, "tanh_bwd_vs_fd");
+    test_xent();
+    test_embedding();
+    test_bias();
+    test_dropout();
+    test_gemm();
+    test_adamw();
+    test_casts();
+    test_philox();
+    be->destroy(be);
+    return test_failures ? 1 : 0;
+}

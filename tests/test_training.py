@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""End-to-end checks of build/tfbench through its command line and results file (stdlib only).
+
+- bert-tiny on a fixed batch: the loss falls by at least half within 100 steps.
+- Data parallel on 2 and 4 ranks (strong scaling, same global batch and dropout) follows the 1-rank loss
+  trajectory within 1e-5 relative (FP32), and every rank ends with identical parameters.
+- FP16 and BF16 stay within a stated tolerance of FP32 over 20 steps; an injected overflow makes the FP16 loss
+  scaler skip that step and halve its scale; in FP32 the same injection stops the run with a message.
+- --dump writes initial parameters, the first batch and the first gradients as readable .npy files.
+- Every bad input exits with status 2, prints one line naming the flag, and writes no results file.
+"""
+import json, os, struct, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "build", "tfbench")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+TMP = tempfile.mkdtemp(prefix="tfbench-test-")
+failures = 0
+
+
+def check(name, cond, detail=""):
+    global failures
+    print(("ok " if cond else "FAIL ") + name + ("" if cond else ": " + detail))
+    failures += 0 if cond else 1
+
+
+def tfbench(args, ranks=1, name="run"):
+    out = os.path.join(TMP, name + ".json")
+    cmd = ["mpirun", "-np", str(ranks), BIN] if ranks > 1 else [BIN]
+    p = subprocess.run(cmd + ["--output", out, "--progress", "off"] + args, env=ENV, capture_output=True, text=True, timeout=600)
+    res = json.load(open(out)) if p.returncode == 0 and os.path.exists(out) else None
+    return p, res
+
+
+def losses(res):
+    return res["per_step"]["loss_all_steps_including_warmup"]
+
+
+def max_rel(a, b):
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+
+
+SMALL = ["--model", "bert-tiny", "--seq-len", "32", "--warmup", "0", "--lr", "1e-3", "--peak-tflops", "1"]
+
+
+def test_loss_falls():
+    p, r = tfbench(SMALL + ["--batch", "4", "--fixed-batch", "--steps", "100"], name="falls")
+    ok = r is not None
+    l = losses(r) if ok else [0]
+    check("bert_tiny_loss_halves_within_100_steps", ok and min(l) <= 0.5 * l[0], f"rc {p.returncode} first {l[0]} min {min(l)} {p.stderr[-300:]}")
+
+
+def test_data_parallel():
+    base = SMALL + ["--batch", "8", "--scaling", "strong", "--steps", "12"]
+    p1, r1 = tfbench(base, 1, "dp1")
+    check("dp_reference_run", r1 is not None, p1.stderr[-300:])
+    for n in (2, 4):
+        p, r = tfbench(base + ["--bucket-mb", "1"], n, f"dp{n}")
+        if r is None or r1 is None:
+            check(f"dp_{n}_ranks_runs", False, p.stderr[-300:])
+            continue
+        e = max_rel(losses(r), losses(r1))
+        check(f"dp_{n}_ranks_loss_trajectory_matches_1_rank", e < 1e-5, f"max rel diff {e:.3g}")
+        check(f"dp_{n}_ranks_params_identical", r["checks"]["params_identical_across_ranks"] and len(set(r["checks"]["param_checksum_per_rank"])) == 1, str(r["checks"]))
+        check(f"dp_{n}_ranks_global_batch_recorded", r["config"]["global_batch"] == 8 and r["config"]["batch_per_rank"] == 8 // n, str(r["config"]))
+
+
+def test_mixed_precision():
+    base = SMALL + ["--batch", "4", "--steps", "20"]
+    _, r32 = tfbench(base, name="fp32")
+    tol = {"fp16": 2e-3, "bf16": 2e-2}  # relative loss difference over 20 steps (11- and 8-bit significands)
+    for prec in ("fp16", "bf16"):
+        p, r = tfbench(base + ["--precision", prec], name=prec)
+        if r is None or r32 is None:
+            check(f"{prec}_runs", False, p.stderr[-300:])
+            continue
+        e = max_rel(losses(r), losses(r32))
+        check(f"{prec}_loss_within_{tol[prec]}_of_fp32_over_20_steps", e < tol[prec], f"max rel diff {e:.3g}")
+        check(f"{prec}_differs_from_fp32", e > 0, "identical to fp32: 16-bit path not exercised")
+    p, r = tfbench(base + ["--precision", "fp16", "--inject-overflow", "3", "--loss-scale", "1024"], 2, "overflow")
+    c = r["checks"] if r else {}
+    check("fp16_overflow_skips_step_and_halves_scale", r is not None and c["skipped_steps"] == 1 and c["loss_scale_final"] == 512,
+          f"{c} {p.stderr[-300:]}")
+    p, r = tfbench(base + ["--inject-overflow", "3"], 2, "overflow32")
+    check("fp32_overflow_stops_with_message", p.returncode != 0 and "non-finite gradient at step 3" in p.stderr and r is None, f"rc {p.returncode} {p.stderr[-300:]}")
+
+
+def npy_shape(path):
+    with open(path, "rb") as f:
+        head = f.read(10)
+        hlen = struct.unpack("<H", head[8:10])[0]
+        h = f.read(hlen).decode()
+        shape = eval(h[h.index("(", h.index("shape")):h.index(")", h.index("shape")) + 1])
+        return shape, os.path.getsize(path) - 10 - hlen
+
+
+def test_dump():
+    d = os.path.join(TMP, "dump")
+    p, r = tfbench(SMALL + ["--batch", "2", "--steps", "1", "--dump", d], name="dump")
+    names = os.listdir(d) if os.path.isdir(d) else []
+    want = ["param.emb.word.npy", "grad.emb.word.npy", "param.layer.1.ffn.up.weight.npy", "batch.input_ids.npy", "batch.mlm_labels.npy"]
+    check("dump_writes_params_grads_batch", r is not None and all(w in names for w in want), f"{sorted(names)[:8]} {p.stderr[-200:]}")
+    if r is not None and "grad.layer.0.attn.qkv.weight.npy" in names:
+        shape, nbytes = npy_shape(os.path.join(d, "grad.layer.0.attn.qkv.weight.npy"))
+        check("dump_npy_shape_and_size", shape == (384, 128) and nbytes == 384 * 128 * 4, f"{shape} {nbytes}")
+
+
+BAD = [
+    (["--model", "gpt-9"], "--model"), (["--precision", "fp8"], "--precision"), (["--batch", "abc"], "--batch"),
+    (["--batch", "0"], "--batch"), (["--batch", "-3"], "--batch"), (["--seq-len", "1024"], "--seq-len"),
+    (["--steps", "0"], "--steps"), (["--dropout", "1.5"], "--dropout"), (["--bogus"], "--bogus"),
+    (["--batch"], "--batch"), (["--scaling", "strong", "--batch", "3"], "--batch"), (["--masked", "40", "--seq-len", "32"], "--masked"),
+    (["--output", "/nonexistent-dir/x.json"], "--output"), (["--device", "tpu"], "--device"), (["--bucket-mb", "0"], "--bucket-mb"),
+]
+
+
+def test_bad_input():
+    for i, (args, flag) in enumerate(BAD):
+        out = os.path.join(TMP, f"bad{i}.json")
+        cmd = ["mpirun", "-np", "2", BIN] + ["--model", "bert-tiny", "--output", out] + args if "--scaling" in args else [BIN, "--model", "bert-tiny", "--output", out] + args
+        if "--output" in args:
+            cmd = [BIN, "--model", "bert-tiny"] + args
+        p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
+        lines = [l for l in p.stderr.splitlines() if l.startswith("tfbench:")]
+        ok = p.returncode == 2 and len(lines) == 1 and flag in lines[0] and not os.path.exists(out)
+        check(f"bad_input_exit2_{flag.strip('-')}_{i}", ok, f"rc {p.returncode} stderr {p.stderr.strip()[:200]!r}")
+    p = subprocess.run([BIN, "--help"], env=ENV, capture_output=True, text=True)
+    opts = ["--model", "--precision", "--batch", "--seq-len", "--steps", "--warmup", "--trials", "--parallel", "--scaling", "--bucket-mb", "--dropout", "--output", "--dump"]
+    check("help_lists_options_with_defaults", p.returncode == 0 and all(o in p.stdout for o in opts) and "[bert-base]" in p.stdout, p.stdout[:200])
+
+
+for t in (test_bad_input, test_loss_falls, test_data_parallel, test_mixed_precision, test_dump):
+    t()
+sys.exit(1 if failures else 0)
