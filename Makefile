@@ -52,7 +52,6 @@ run: deps
 	scripts/run-default.sh
 
 test: deps
-	@TFB_TEST_DEPS=1 scripts/install-deps.sh
 	@$(MAKE) --no-print-directory all
 	tests/run.sh
 

@@ -131,10 +131,11 @@ static tfb_status comm_wrap(MPI_Comm mc, tfb_comm **out) {
     tfb_comm *c = calloc(1, sizeof *c);
     MPI_Comm *ctx = malloc(sizeof *ctx);
     if (!c || !ctx) { free(c); free(ctx); return TFB_ERR_NOMEM; }
+    int rank = 0, size = 1;
     *ctx = mc;
-    MPI_Comm_rank(mc, &c->rank);
-    MPI_Comm_size(mc, &c->size);
-    *c = (tfb_comm){.rank = c->rank, .size = c->size, .ctx = ctx, .allreduce = mpi_allreduce,
+    MPI_Comm_rank(mc, &rank);
+    MPI_Comm_size(mc, &size);
+    *c = (tfb_comm){.rank = rank, .size = size, .ctx = ctx, .allreduce = mpi_allreduce,
                     .iallreduce = mpi_iallreduce, .test = mpi_test, .wait = mpi_wait, .allgather = mpi_allgather,
                     .reduce_scatter = mpi_reduce_scatter, .bcast = mpi_bcast, .send = mpi_send, .recv = mpi_recv,
                     .barrier = mpi_barrier, .split = mpi_split, .destroy = mpi_destroy};

@@ -65,7 +65,11 @@ static void add_system(cJSON *e) {
 
 static void add_libraries(cJSON *e, const char *mpi_library) {
     char buf[64];
+#ifdef __clang__
+    cJSON_AddStringToObject(e, "compiler", "clang " __VERSION__);
+#else
     cJSON_AddStringToObject(e, "compiler", "gcc " __VERSION__);
+#endif
     cJSON_AddStringToObject(e, "mpi_library", mpi_library);
     cJSON_AddStringToObject(e, "blas", tfb_env_blas());
     snprintf(buf, sizeof buf, "%d", _OPENMP);
