@@ -6,10 +6,13 @@
   trajectory within 1e-5 relative (FP32), and every rank ends with identical parameters.
 - FP16 and BF16 stay within a stated tolerance of FP32 over 20 steps; an injected overflow makes the FP16 loss
   scaler skip that step and halve its scale; in FP32 the same injection stops the run with a message.
+- One whole bert-tiny step (dropout off) against PyTorch float64 computed from tfbench's own dump
+  (scripts/make-model-fixture.py): the loss within 1e-6 and every stored gradient within 1e-4 of the reference,
+  relative to its largest element.
 - --dump writes initial parameters, the first batch and the first gradients as readable .npy files.
 - Every bad input exits with status 2, prints one line naming the flag, and writes no results file.
 """
-import json, os, struct, subprocess, sys, tempfile
+import array, json, os, struct, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "build", "tfbench")
@@ -105,6 +108,44 @@ def test_dump():
         check("dump_npy_shape_and_size", shape == (384, 128) and nbytes == 384 * 128 * 4, f"{shape} {nbytes}")
 
 
+def npy_read(path):
+    """(shape, flat values) of a float32 or int32 .npy file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    hlen = struct.unpack("<H", data[8:10])[0]
+    h = data[10:10 + hlen].decode()
+    a = array.array("f" if "<f4" in h else "i")
+    a.frombytes(data[10 + hlen:])
+    return eval(h[h.index("(", h.index("shape")):h.index(")", h.index("shape")) + 1]), a
+
+
+def test_model_vs_pytorch():
+    fix = os.path.join(ROOT, "tests", "fixtures", "bert_tiny")
+    args = json.load(open(os.path.join(fix, "run.json")))["tfbench_args"]
+    d = os.path.join(TMP, "model_dump")
+    p, r = tfbench(args + ["--dump", d], name="model")
+    if r is None:
+        check("bert_tiny_step_runs", False, p.stderr[-300:])
+        return
+    ref_loss = npy_read(os.path.join(fix, "loss.npy"))[1][0]
+    got = losses(r)[0]
+    check("bert_tiny_loss_vs_pytorch_float64", abs(got - ref_loss) / ref_loss < 1e-6, f"{got} vs {ref_loss}")
+    worst, worst_name = 0.0, ""
+    names = sorted(f for f in os.listdir(fix) if f.startswith("grad.") and f != "grad.emb.word.rows.npy")
+    for f in names:
+        ref, got = npy_read(os.path.join(fix, f))[1], npy_read(os.path.join(d, f))[1]
+        e = max(abs(a - b) for a, b in zip(got, ref)) / max(max(abs(b) for b in ref), 1e-30)
+        if e > worst or len(got) != len(ref):
+            worst, worst_name = (e if len(got) == len(ref) else float("inf")), f
+    rows = npy_read(os.path.join(fix, "word_rows.npy"))[1]
+    ref = npy_read(os.path.join(fix, "grad.emb.word.rows.npy"))[1]
+    full = npy_read(os.path.join(d, "grad.emb.word.npy"))[1]
+    got = [full[row * 128 + j] for row in rows for j in range(128)]
+    e = max(abs(a - b) for a, b in zip(got, ref)) / max(abs(b) for b in ref)
+    check("bert_tiny_tied_word_embedding_grad_vs_pytorch", e < 1e-4, f"rel err {e:.3g}")
+    check(f"bert_tiny_all_{len(names)}_stored_grads_vs_pytorch", worst < 1e-4, f"worst {worst_name} rel err {worst:.3g}")
+
+
 BAD = [
     (["--model", "gpt-9"], "--model"), (["--precision", "fp8"], "--precision"), (["--batch", "abc"], "--batch"),
     (["--batch", "0"], "--batch"), (["--batch", "-3"], "--batch"), (["--seq-len", "1024"], "--seq-len"),
@@ -129,6 +170,6 @@ def test_bad_input():
     check("help_lists_options_with_defaults", p.returncode == 0 and all(o in p.stdout for o in opts) and "[bert-base]" in p.stdout, p.stdout[:200])
 
 
-for t in (test_bad_input, test_loss_falls, test_data_parallel, test_mixed_precision, test_dump):
+for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_dump):
     t()
 sys.exit(1 if failures else 0)
