@@ -8,7 +8,7 @@ VERSION    := 0.1.0
 GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 ARCH_FLAGS ?= -march=native
 CUDA       ?= auto
-CFLAGS     := -std=c11 -O3 $(ARCH_FLAGS) -fopenmp -Wall -Wextra -D_GNU_SOURCE -I$(BUILD) \
+CFLAGS     := -std=c11 -O3 $(ARCH_FLAGS) -fopenmp -fno-math-errno -Wall -Wextra -D_GNU_SOURCE -I$(BUILD) \
               -DTFB_VERSION='"$(VERSION)"' $(EXTRA_CFLAGS)
 LDFLAGS    := -fopenmp $(EXTRA_LDFLAGS)
 NP         ?= 2
@@ -20,13 +20,15 @@ LIB_SRC := kernels/check.c kernels/registry.c kernels/cpu/cpu_backend.c kernels/
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(BUILD)/tests/test_ops $(BUILD)/tests/test_bert_layer $(BUILD)/tests/test_model $(BUILD)/tests/test_comm
 
-.PHONY: all configure deps run test bench clean
+.PHONY: all configure deps run test bench clean FORCE
 all: $(BUILD)/tfbench $(TESTS)
 
-configure:
+# Probing runs on every make; config.h and config.mk change (and trigger rebuilds) only when a result changes.
+configure: $(BUILD)/config.mk
+$(BUILD)/config.mk: FORCE
 	@CUDA=$(CUDA) scripts/configure.sh $(BUILD)
-
-$(BUILD)/config.h $(BUILD)/config.mk: configure
+$(BUILD)/config.h: $(BUILD)/config.mk
+FORCE:
 -include $(BUILD)/config.mk
 
 $(BUILD)/%.o: %.c $(BUILD)/config.h $(wildcard kernels/*.h kernels/cpu/*.h bench/*.h results/*.h)

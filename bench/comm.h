@@ -34,6 +34,8 @@ struct tfb_comm {
     tfb_status (*barrier)(tfb_comm *c);
     /* a sub-communicator of the ranks passing the same color, ordered by key */
     tfb_status (*split)(tfb_comm *c, int color, int key, tfb_comm **out);
+    /* ends every rank of the job (a rank-local failure must not leave peers waiting in a collective) */
+    void (*abort)(tfb_comm *c, int code);
     void (*destroy)(tfb_comm *c);
 };
 

@@ -112,6 +112,8 @@ static tfb_status mpi_barrier(tfb_comm *c) {
     return TFB_OK;
 }
 
+static void mpi_abort(tfb_comm *c, int code) { MPI_Abort(comm_of(c), code); }
+
 static tfb_status comm_wrap(MPI_Comm mc, tfb_comm **out);
 
 static tfb_status mpi_split(tfb_comm *c, int color, int key, tfb_comm **out) {
@@ -138,7 +140,7 @@ static tfb_status comm_wrap(MPI_Comm mc, tfb_comm **out) {
     *c = (tfb_comm){.rank = rank, .size = size, .ctx = ctx, .allreduce = mpi_allreduce,
                     .iallreduce = mpi_iallreduce, .test = mpi_test, .wait = mpi_wait, .allgather = mpi_allgather,
                     .reduce_scatter = mpi_reduce_scatter, .bcast = mpi_bcast, .send = mpi_send, .recv = mpi_recv,
-                    .barrier = mpi_barrier, .split = mpi_split, .destroy = mpi_destroy};
+                    .barrier = mpi_barrier, .split = mpi_split, .abort = mpi_abort, .destroy = mpi_destroy};
     *out = c;
     return TFB_OK;
 }

@@ -62,7 +62,7 @@ static tfb_status set_number(const opt_spec *s, tfb_options *o, const char *v, c
     }
     double lo = s->lo;
     if (x < lo || x > s->hi) {
-        snprintf(err, n, "%s: %s is out of range (%g to %g)", s->name, v, lo, s->hi);
+        snprintf(err, n, "%s: %s is out of range (%.15g to %.15g)", s->name, v, lo, s->hi);
         return TFB_ERR_ARG;
     }
     char *dst = (char *)o + s->field;
@@ -98,11 +98,11 @@ static tfb_status check_options(tfb_options *o, char *err, size_t n) {
         snprintf(err, n, "--model: unknown model '%s' (known: %s)", o->model, bert_config_names());
         return TFB_ERR_ARG;
     }
-    TFB_CHECK(check_choice("--precision", o->precision, prec, err, n));
-    TFB_CHECK(check_choice("--parallel", o->parallel, par, err, n));
-    TFB_CHECK(check_choice("--scaling", o->scaling, scal, err, n));
-    TFB_CHECK(check_choice("--device", o->device, dev, err, n));
-    TFB_CHECK(check_choice("--progress", o->progress, prog, err, n));
+    TFB_TRY(check_choice("--precision", o->precision, prec, err, n));
+    TFB_TRY(check_choice("--parallel", o->parallel, par, err, n));
+    TFB_TRY(check_choice("--scaling", o->scaling, scal, err, n));
+    TFB_TRY(check_choice("--device", o->device, dev, err, n));
+    TFB_TRY(check_choice("--progress", o->progress, prog, err, n));
     o->gemm_type = strcmp(o->precision, "fp16") == 0 ? TFB_F16 : strcmp(o->precision, "bf16") == 0 ? TFB_BF16 : TFB_F32;
     o->strong = strcmp(o->scaling, "strong") == 0;
     if (o->masked == 0) o->masked = (o->seq_len * 20 + 64) / 128;
@@ -140,7 +140,7 @@ tfb_status tfb_options_parse(int argc, char **argv, tfb_options *o, char *err, s
             if (i + 1 >= argc) { snprintf(err, n, "%s: missing value", s->name); return TFB_ERR_ARG; }
             v = argv[++i];
         }
-        TFB_CHECK(set_value(s, o, v, err, n));
+        TFB_TRY(set_value(s, o, v, err, n));
     }
     if (o->help || o->version) return TFB_OK;
     return check_options(o, err, n);

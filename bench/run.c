@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "run.h"
 #include "bert.h"
@@ -50,7 +52,13 @@ static int threads_for_rank(int local_size) {
 static tfb_status check_paths(run_ctx *r, char *err, size_t len) {
     int bad = 0;
     if (r->world->rank == 0) {
-        tfb_status st = r->o.output[0] ? tfb_results_check_path(r->o.output, err, len) : TFB_OK;
+        tfb_status st = TFB_OK;
+        if (r->o.output[0]) snprintf(r->output, sizeof r->output, "%s", r->o.output);
+        else if (tfb_results_default_path(r->o.model, r->o.precision, r->world->size, r->output, sizeof r->output)) {
+            snprintf(err, len, "--output: cannot create results/runs/ in the working directory; name a file");
+            st = TFB_ERR_ARG;
+        }
+        if (st == TFB_OK) st = tfb_results_check_path(r->output, err, len);
         if (st == TFB_OK && r->o.dump[0] && mkdir(r->o.dump, 0777) != 0 && access(r->o.dump, W_OK) != 0) {
             snprintf(err, len, "--dump: cannot create or write directory %.300s", r->o.dump);
             st = TFB_ERR_ARG;
@@ -95,9 +103,9 @@ static tfb_status measure_peak(run_ctx *r) {
     if (mine <= 0) {
         TFB_CHECK(r->world->barrier(r->world));
         TFB_CHECK(tfb_peak_measure(r->be, 2048, 3, &mine));
-        r->rec.peak_source = "measured: best of 3 FP32 2048^3 GEMMs per rank, all ranks at once, summed";
+        r->rec.peak_source = "measured: best FP32 2048^3 GEMM, all ranks";
     } else {
-        r->rec.peak_source = "given with --peak-tflops (per rank), summed over ranks";
+        r->rec.peak_source = "given with --peak-tflops per rank, summed";
     }
     TFB_CHECK(r->world->allreduce(r->world, &mine, 1, TFB_COMM_F64, TFB_SUM));
     r->rec.peak_tflops = mine;
@@ -250,6 +258,10 @@ static tfb_status reduce_measurements(run_ctx *r) {
     TFB_CHECK(w->allreduce(w, r->rec.loss, nl, TFB_COMM_F64, TFB_SUM));
     for (size_t i = 0; i < nl; i++) r->rec.loss[i] /= w->size;
     TFB_CHECK(w->allgather(w, &my_median, r->rec.rank_step_median_s, 1, TFB_COMM_F64));
+    TFB_CHECK(w->allgather(w, r->local_step, r->rec.rank_step_s, n, TFB_COMM_F64));
+    struct rusage ru;
+    r->rec.max_rss_bytes = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss * 1024.0 : 0.0;
+    TFB_CHECK(w->allreduce(w, &r->rec.max_rss_bytes, 1, TFB_COMM_F64, TFB_MAX));
     return checksum_params(r);
 }
 
@@ -264,12 +276,15 @@ static tfb_status alloc_arrays(run_ctx *r) {
         TFB_CHECK_ALLOC(r->rec.phase_s[p] = calloc(n, sizeof(double)));
     }
     TFB_CHECK_ALLOC(r->rec.param_checksum = calloc(R, sizeof(uint64_t)));
+    TFB_CHECK_ALLOC(r->rec.rank_step_s = calloc(R * n, sizeof(double)));
     return TFB_OK;
 }
 
 static void fill_record(run_ctx *r, int argc, char **argv) {
     tfb_run_record *c = &r->rec;
     const tfb_options *o = &r->o;
+    time_t now = time(NULL);
+    strftime(c->started_at, sizeof c->started_at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     c->argc = argc;
     c->argv = argv;
     c->model = o->model;
@@ -304,15 +319,17 @@ static void fill_results(run_ctx *r) {
 
 /* Any timed window of zero length means the clock or the loop is broken: never report a rate from it. */
 static tfb_status check_windows(run_ctx *r) {
-    for (int t = 0; t < r->o.trials; t++)
-        if (!(r->rec.window_s[t] > 0)) return TFB_ERR_NUMERIC;
+    for (int t = 0; t < r->o.trials; t++) {
+        if (r->rec.window_s[t] > 0) continue;
+        if (r->world->rank == 0) fprintf(stderr, "tfbench: trial %d measured a window of %g s; no throughput\n", t,
+                                         r->rec.window_s[t]);
+        return TFB_ERR_NUMERIC;
+    }
     return TFB_OK;
 }
 
 static tfb_status write_outputs(run_ctx *r) {
     if (r->world->rank != 0) return TFB_OK;
-    if (!r->o.output[0]) TFB_CHECK(tfb_results_default_path(&r->rec, r->output, sizeof r->output));
-    else snprintf(r->output, sizeof r->output, "%s", r->o.output);
     tfb_report_print(stdout, &r->rec);
     if (tfb_results_write(r->output, &r->rec, tfb_comm_mpi_library()) != TFB_OK) {
         fprintf(stderr, "tfbench: could not write results to %s\n", r->output);
@@ -348,6 +365,15 @@ static tfb_status run_job(run_ctx *r, int argc, char **argv) {
 
 static int exit_code(tfb_status st) { return st == TFB_OK ? 0 : st == TFB_ERR_ARG ? 2 : 1; }
 
+/* Bad input and non-finite gradients are decided by every rank together; any other failure may be this rank's
+ * alone while its peers wait in a collective, so it ends the whole job. */
+static void end_if_rank_local(run_ctx *r, tfb_status st) {
+    if (st == TFB_OK || st == TFB_ERR_ARG || st == TFB_ERR_NUMERIC || r->world->size == 1) return;
+    fprintf(stderr, "tfbench: rank %d failed (status %d, see above); ending the job\n", r->world->rank, (int)st);
+    fflush(stderr);
+    r->world->abort(r->world, exit_code(st));
+}
+
 int tfb_run_main(int argc, char **argv) {
     static run_ctx r;
     char err[512] = "";
@@ -360,6 +386,7 @@ int tfb_run_main(int argc, char **argv) {
         if (st == TFB_OK) st = check_job(&r, err, sizeof err);
         if (st != TFB_OK && r.world->rank == 0 && err[0]) fprintf(stderr, "tfbench: %s\n", err);
         if (st == TFB_OK) st = run_job(&r, argc, argv);
+        end_if_rank_local(&r, st);
     }
     int code = exit_code(st), worst = code;
     if (r.world->allreduce(r.world, &worst, 1, TFB_COMM_I32, TFB_MAX) != TFB_OK) worst = code ? code : 1;

@@ -35,6 +35,13 @@ void tfb_check_report(const char *call, const char *file, int line, const char *
         }                                                                \
     } while (0)
 
+/* Propagate an expected failure (bad user input) whose one-line message is already written: no report. */
+#define TFB_TRY(call)                            \
+    do {                                         \
+        tfb_status tfb_st_ = (call);             \
+        if (tfb_st_ != TFB_OK) return tfb_st_;   \
+    } while (0)
+
 /* Evaluate a pointer-returning allocation; on NULL report it and return TFB_ERR_NOMEM. */
 #define TFB_CHECK_ALLOC(ptr)                                                  \
     do {                                                                      \

@@ -11,6 +11,7 @@ enum { TFB_PHASE_FWD, TFB_PHASE_BWD, TFB_PHASE_COMM, TFB_PHASE_OPT, TFB_N_PHASES
 
 typedef struct {
     /* configuration */
+    char started_at[32];         /* UTC, ISO 8601 */
     int argc;
     char **argv;
     const char *model, *precision, *parallel, *scaling, *backend;
@@ -30,6 +31,8 @@ typedef struct {
     double *window_s;            /* [trials] max over ranks */
     double *loss;                /* [warmup + trials * steps] mean over ranks */
     double *rank_step_median_s;  /* [ranks] each rank's own median step time */
+    double *rank_step_s;         /* [ranks * trials * steps] every rank's own step times, rank-major */
+    double max_rss_bytes;        /* largest resident set of any rank (getrusage) */
     int loss_scaled;             /* FP16 dynamic loss scaling in use */
     double loss_scale_final;
     int skipped_steps, backoffs;

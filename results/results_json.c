@@ -37,7 +37,7 @@ tfb_status tfb_results_check_path(const char *path, char *err, size_t len) {
     return TFB_OK;
 }
 
-tfb_status tfb_results_default_path(const tfb_run_record *r, char *path, size_t len) {
+tfb_status tfb_results_default_path(const char *model, const char *precision, int ranks, char *path, size_t len) {
     time_t now = time(NULL);
     struct tm tm;
     char stamp[32];
@@ -45,7 +45,7 @@ tfb_status tfb_results_default_path(const tfb_run_record *r, char *path, size_t 
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
     if ((mkdir("results", 0777) != 0 && errno != EEXIST) || (mkdir("results/runs", 0777) != 0 && errno != EEXIST))
         return TFB_ERR_IO;
-    snprintf(path, len, "results/runs/tfbench-%s-%s-%dr-%s-%ld.json", r->model, r->precision, r->ranks, stamp,
+    snprintf(path, len, "results/runs/tfbench-%s-%s-%dr-%s-%ld.json", model, precision, ranks, stamp,
              (long)getpid());
     return TFB_OK;
 }
@@ -125,6 +125,12 @@ static cJSON *checks_json(const tfb_run_record *r) {
     cJSON_AddItemToObject(o, "param_checksum_per_rank", sums);
     cJSON_AddBoolToObject(o, "params_identical_across_ranks", r->params_identical);
     cJSON_AddItemToObject(o, "rank_median_step_s", cJSON_CreateDoubleArray(r->rank_step_median_s, r->ranks));
+    cJSON *per_rank = cJSON_CreateArray();
+    int n = r->trials * r->steps;
+    for (int i = 0; i < r->ranks; i++)
+        cJSON_AddItemToArray(per_rank, cJSON_CreateDoubleArray(r->rank_step_s + (size_t)i * n, n));
+    cJSON_AddItemToObject(o, "rank_step_time_s", per_rank);
+    cJSON_AddNumberToObject(o, "max_rss_bytes_any_rank", r->max_rss_bytes);
     cJSON_AddBoolToObject(o, "dynamic_loss_scaling", r->loss_scaled);
     cJSON_AddNumberToObject(o, "loss_scale_final", r->loss_scale_final);
     cJSON_AddNumberToObject(o, "skipped_steps", r->skipped_steps);
@@ -140,6 +146,7 @@ static cJSON *record_json(const tfb_run_record *r, const char *mpi_library) {
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     cJSON_AddNumberToObject(root, "schema_version", TFB_SCHEMA_VERSION);
     cJSON_AddStringToObject(root, "tool", "tfbench");
+    cJSON_AddStringToObject(root, "started_at", r->started_at);
     cJSON_AddStringToObject(root, "written_at", when);
     for (int i = 0; i < r->argc; i++) cJSON_AddItemToArray(argv, cJSON_CreateString(r->argv[i]));
     cJSON_AddItemToObject(root, "command_line", argv);
