@@ -56,6 +56,8 @@ static cJSON *config_json(const tfb_run_record *r) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "model", r->model);
     cJSON_AddStringToObject(c, "precision", r->precision);
+    cJSON_AddStringToObject(c, "math", "GEMM inputs in the stated precision, FP32 accumulation; FP32 master weights, "
+                                       "softmax, LayerNorm, loss and AdamW; FP16 with dynamic loss scaling");
     cJSON_AddStringToObject(c, "parallel", r->parallel);
     cJSON_AddStringToObject(c, "scaling", r->scaling);
     cJSON_AddStringToObject(c, "backend", r->backend);
@@ -85,6 +87,14 @@ static cJSON *summary_json(const tfb_run_record *r, const tfb_run_summary *s) {
     cJSON_AddStringToObject(o, "throughput_definition",
                             "timed samples over all ranks / sum of trial windows; a window is the max over ranks "
                             "of the time between barriers, device synchronised");
+    cJSON *trials = cJSON_CreateArray();
+    for (int t = 0; t < r->trials; t++) {
+        cJSON *tr = cJSON_CreateObject();
+        cJSON_AddNumberToObject(tr, "window_s", r->window_s[t]);
+        cJSON_AddNumberToObject(tr, "throughput_samples_per_s", (double)r->global_batch * r->steps / r->window_s[t]);
+        cJSON_AddItemToArray(trials, tr);
+    }
+    cJSON_AddItemToObject(o, "trials", trials);
     cJSON_AddItemToObject(o, "throughput_trial_mean", num_or_null(s->trial_tput_mean));
     cJSON_AddItemToObject(o, "throughput_ci95_halfwidth_across_trials", num_or_null(s->trial_tput_ci95));
     cJSON_AddNumberToObject(st, "median", s->step_median);

@@ -97,6 +97,38 @@ def npy_shape(path):
         return shape, os.path.getsize(path) - 10 - hlen
 
 
+def test_results_consistent():
+    p, r = tfbench(SMALL + ["--batch", "2", "--steps", "6", "--warmup", "2", "--trials", "3"], 2, "consistent")
+    if r is None:
+        check("results_run", False, p.stderr[-300:])
+        return
+    s, c, ps = r["summary"], r["config"], r["per_step"]
+    windows = [t["window_s"] for t in s["trials"]]
+    tput = c["global_batch"] * c["timed_steps_per_trial"] * c["trials"] / sum(windows)
+    check("results_throughput_is_samples_over_windows", abs(tput - s["throughput_samples_per_s"]) / tput < 1e-9, f"{tput} vs {s['throughput_samples_per_s']}")
+    steps = ps["step_time_s"]
+    ok = len(steps) == 18 and all(x > 0 for x in steps)
+    for t in range(3):  # a window holds every rank's own steps, and not much more than the slowest steps
+        w, sum_steps = windows[t], sum(steps[6 * t:6 * t + 6])
+        ok &= all(w >= sum(rk[6 * t:6 * t + 6]) for rk in r["checks"]["rank_step_time_s"])
+        ok &= w < 1.5 * sum_steps + 0.05
+    check("results_windows_hold_their_steps", ok, f"windows {windows} steps {steps}")
+    st = s["step_time_s"]
+    check("results_step_stats_ordered", st["min"] <= st["p5"] <= st["median"] <= st["p95"] <= st["max"], str(st))
+    check("results_ci_only_with_trials", s["throughput_ci95_halfwidth_across_trials"] is not None, str(s))
+    phases = lambda ps, n: [sum(ps[k][i] for k in ("forward", "backward", "comm_exposed", "optimizer")) for i in range(n)]
+    # each phase is a max over ranks, so their sum is at least the slowest rank's step
+    check("results_phase_maxima_cover_steps", all(ph >= 0.999 * x - 1e-5 for ph, x in zip(phases(ps, 18), steps)), f"{phases(ps, 18)} {steps}")
+    env = r["environment"]
+    check("results_environment_recorded", all(env.get(k) for k in ("host", "os", "cpu_model", "compiler", "mpi_library", "blas", "tfbench_commit")) and r["schema_version"] == 1, str(env))
+    check("results_flops_and_mfu", abs(s["flops_per_sample"] - 3 * 0.27e9) < 1e9 and s["mfu"] > 0 and s["peak_source"].startswith("given"), str(s))
+    _, r1 = tfbench(SMALL + ["--batch", "2", "--steps", "2"], 1, "one_trial")
+    check("results_no_ci_from_one_trial", r1 is not None and r1["summary"]["throughput_ci95_halfwidth_across_trials"] is None, "")
+    if r1 is not None:  # on one rank the phases partition the step
+        st1, ph1 = r1["per_step"]["step_time_s"], phases(r1["per_step"], 2)
+        check("results_phases_add_up_to_step_on_one_rank", all(abs(a - b) <= 0.01 * b + 1e-4 for a, b in zip(ph1, st1)), f"{ph1} {st1}")
+
+
 def test_dump():
     d = os.path.join(TMP, "dump")
     p, r = tfbench(SMALL + ["--batch", "2", "--steps", "1", "--dump", d], name="dump")
@@ -172,6 +204,6 @@ def test_bad_input():
     check("help_lists_options_with_defaults", p.returncode == 0 and all(o in p.stdout for o in opts) and "[bert-base]" in p.stdout, p.stdout[:200])
 
 
-for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_dump):
+for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_results_consistent, test_dump):
     t()
 sys.exit(1 if failures else 0)
