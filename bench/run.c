@@ -102,7 +102,7 @@ static tfb_status measure_peak(run_ctx *r) {
     double mine = r->o.peak_tflops;
     if (mine <= 0) {
         TFB_CHECK(r->world->barrier(r->world));
-        TFB_CHECK(tfb_peak_measure(r->be, 2048, 3, &mine));
+        TFB_CHECK(tfb_peak_measure(r->be, 2048, 5, &mine));
         r->rec.peak_source = "measured: best FP32 2048^3 GEMM, all ranks";
     } else {
         r->rec.peak_source = "given with --peak-tflops per rank, summed";
