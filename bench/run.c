@@ -159,8 +159,8 @@ static tfb_status train_step(run_ctx *r, int step, double ph[TFB_N_PHASES], doub
 static void show_progress(run_ctx *r, int done, int total, double loss, double step_s) {
     if (!r->progress) return;
     double left = step_s * (total - done);
-    fprintf(stderr, "\r  step %d/%d  loss %.4f  %.1f samples/s (this step, rank 0)  ~%.0f s left   ", done, total,
-            loss, r->rec.global_batch / step_s, left);
+    fprintf(stderr, "\r  step %d/%d%s  loss %.4f  %.1f samples/s (this step, rank 0)  ~%.0f s left   ", done, total,
+            done <= r->o.warmup ? " (warm-up)" : "", loss, r->rec.global_batch / step_s, left);
     if (done == total) fputc('\n', stderr);
     fflush(stderr);
 }
