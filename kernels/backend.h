@@ -17,7 +17,8 @@
 #include "check.h"
 
 typedef enum { TFB_F32 = 0, TFB_F16 = 1, TFB_BF16 = 2 } tfb_dtype;
-typedef enum { TFB_ACT_GELU = 0, TFB_ACT_TANH = 1 } tfb_act;
+typedef enum { TFB_ACT_GELU = 0, TFB_ACT_TANH = 1, TFB_ACT_RELU = 2 } tfb_act;
+typedef enum { TFB_NCHW = 0, TFB_NHWC = 1 } tfb_layout;
 
 static inline size_t tfb_dtype_size(tfb_dtype t) { return t == TFB_F32 ? 4 : 2; }
 const char *tfb_dtype_name(tfb_dtype t);
@@ -34,6 +35,21 @@ typedef struct {
     int batch;              /* >= 1 */
     tfb_dtype in_type;
 } tfb_gemm_desc;
+
+/* A 2-D convolution without bias: x (n, c, h, w), filters (k, c, r, s), y (n, k, p, q) in `layout` order. */
+typedef struct {
+    int n, c, h, w;
+    int k, r, s;
+    int stride, pad;
+    int p, q;               /* output size: (h + 2 pad - r) / stride + 1, likewise q */
+    tfb_layout layout;      /* the CPU backend runs NCHW; a GPU backend may ask for NHWC (16-bit tensor cores) */
+    tfb_dtype in_type;      /* type of x, filters and dy; y, dx and dw are FP32 */
+} tfb_conv_desc;
+
+typedef struct {
+    float lr, momentum, weight_decay;
+    float grad_scale;       /* as for AdamW */
+} tfb_sgd_hparams;
 
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
@@ -115,6 +131,42 @@ struct tfb_backend {
     /* AdamW (decoupled weight decay) on FP32 master weights w, moments m, v, all (n) */
     tfb_status (*adamw)(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
                         const tfb_adamw_hparams *hp);
+
+    /* SGD with momentum (PyTorch's form: buf = momentum * buf + g + wd * w; w -= lr * buf), all (n) */
+    tfb_status (*sgd)(void *ctx, float *w, const float *g, float *buf, size_t n, const tfb_sgd_hparams *hp);
+
+    /* ---- convolutional networks (activations (n, c, h, w) in NCHW on the CPU) ---- */
+    tfb_status (*conv_fwd)(void *ctx, const tfb_conv_desc *d, float *y, const void *x, const void *w);
+    /* dx (n, c, h, w) = gradient of the input (overwrites) */
+    tfb_status (*conv_bwd_data)(void *ctx, const tfb_conv_desc *d, float *dx, const void *dy, const void *w);
+    /* dw (k, c, r, s) += gradient of the filters */
+    tfb_status (*conv_bwd_filter)(void *ctx, const tfb_conv_desc *d, float *dw, const void *x, const void *dy);
+    /* mean, var (c): batch mean and biased variance of x (n, c, hw) per channel (two-pass) */
+    tfb_status (*bn_moments)(void *ctx, float *mean, float *var, const float *x, int n, int c, int hw);
+    /* y (n, c, hw) = (x - mean) / sqrt(var + eps) * gamma + beta */
+    tfb_status (*bn_apply)(void *ctx, float *y, const float *x, const float *mean, const float *var,
+                           const float *gamma, const float *beta, int n, int c, int hw, float eps);
+    /* per channel: sum_dy = sum dy, sum_dy_xhat = sum dy * xhat (this rank's); dgamma += sum_dy_xhat, dbeta += sum_dy */
+    tfb_status (*bn_bwd_reduce)(void *ctx, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
+                                const float *dy, const float *x, const float *mean, const float *var, int n, int c,
+                                int hw, float eps);
+    /* dx = gamma * rstd * (dy - sum_dy / count - xhat * sum_dy_xhat / count); count: elements per channel the sums
+     * cover (all ranks' under synchronised batch norm) */
+    tfb_status (*bn_bwd_apply)(void *ctx, float *dx, const float *dy, const float *x, const float *mean,
+                               const float *var, const float *gamma, const float *sum_dy, const float *sum_dy_xhat,
+                               double count, int n, int c, int hw, float eps);
+    /* running = (1 - momentum) running + momentum batch, the variance unbiased with count (c) */
+    tfb_status (*bn_running_update)(void *ctx, float *run_mean, float *run_var, const float *mean, const float *var,
+                                    int c, float momentum, double count);
+    /* max pool of x (n, c, h, w) into y (n, c, p, q), window r x r, stride, pad; argmax (n, c, p, q) saved */
+    tfb_status (*maxpool_fwd)(void *ctx, float *y, int *argmax, const float *x, int n, int c, int h, int w, int r,
+                              int stride, int pad, int p, int q);
+    /* dx (n, c, h, w) = scatter of dy through argmax (overwrites) */
+    tfb_status (*maxpool_bwd)(void *ctx, float *dx, const float *dy, const int *argmax, int n, int c, int hw, int pq);
+    /* y (n, c) = mean of x (n, c, hw) */
+    tfb_status (*avgpool_fwd)(void *ctx, float *y, const float *x, int n, int c, int hw);
+    /* dx (n, c, hw) = dy (n, c) / hw */
+    tfb_status (*avgpool_bwd)(void *ctx, float *dx, const float *dy, int n, int c, int hw);
 
     /* dst (n) = src (n) converted between FP32, FP16 and BF16 */
     tfb_status (*cast)(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type, size_t n);

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 log=$(mktemp)
 status=0
-for t in build/tests/test_ops build/tests/test_bert_layer build/tests/test_model \
+for t in build/tests/test_ops build/tests/test_cnn_ops build/tests/test_bert_layer build/tests/test_model \
          "mpirun --oversubscribe -np 1 build/tests/test_comm" "mpirun --oversubscribe -np 3 build/tests/test_comm" \
          "mpirun --oversubscribe -np 4 build/tests/test_comm" "python3 tests/test_training.py"; do
     echo "== $t"

@@ -12,9 +12,19 @@
 #include "../half.h"
 
 typedef struct {
-    float *widen;        /* scratch for 16-bit GEMM operands widened to FP32 */
-    size_t widen_floats;
+    float *scratch[TFB_CPU_SLOTS];   /* FP32 work buffers that grow to the largest request */
+    size_t floats[TFB_CPU_SLOTS];
 } cpu_ctx;
+
+float *tfb_cpu_scratch(void *ctx, int slot, size_t n) {
+    cpu_ctx *c = ctx;
+    if (n > c->floats[slot]) {
+        free(c->scratch[slot]);
+        c->scratch[slot] = malloc(n * sizeof(float));
+        c->floats[slot] = c->scratch[slot] ? n : 0;
+    }
+    return c->scratch[slot];
+}
 
 static void *cpu_alloc(void *ctx, size_t bytes) {
     (void)ctx;
@@ -50,26 +60,25 @@ static void widen_16(float *dst, const uint16_t *src, size_t n, tfb_dtype t) {
     for (size_t i = 0; i < n; i++) dst[i] = t == TFB_F16 ? tfb_f16_to_f32(src[i]) : tfb_bf16_to_f32(src[i]);
 }
 
+const float *tfb_cpu_as_f32(void *ctx, int slot, const void *p, tfb_dtype t, size_t n) {
+    if (t == TFB_F32) return p;
+    float *dst = tfb_cpu_scratch(ctx, slot, n);
+    if (dst) widen_16(dst, p, n, t);
+    return dst;
+}
+
 /* Total span in elements covered by all `batch` matrices of one operand. */
 static size_t gemm_span(int rows, int cols, int ld, long long stride, int batch) {
     return (size_t)stride * (size_t)(batch - 1) + gemm_extent(rows, cols, ld);
 }
 
-static tfb_status cpu_gemm_widen(cpu_ctx *c, const tfb_gemm_desc *d, const float **a, const float **b) {
+static tfb_status cpu_gemm_widen(void *ctx, const tfb_gemm_desc *d, const float **a, const float **b) {
     int ar = d->trans_a ? d->k : d->m, ac = d->trans_a ? d->m : d->k;
     int br = d->trans_b ? d->n : d->k, bc = d->trans_b ? d->k : d->n;
-    size_t na = gemm_span(ar, ac, d->lda, d->stride_a, d->batch);
-    size_t nb = gemm_span(br, bc, d->ldb, d->stride_b, d->batch);
-    if (na + nb > c->widen_floats) {
-        free(c->widen);
-        c->widen_floats = na + nb;
-        c->widen = malloc(c->widen_floats * sizeof(float));
-        TFB_CHECK_ALLOC(c->widen);
-    }
-    widen_16(c->widen, d->a, na, d->in_type);
-    widen_16(c->widen + na, d->b, nb, d->in_type);
-    *a = c->widen;
-    *b = c->widen + na;
+    TFB_CHECK_ALLOC(*a = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_GEMM_A, d->a, d->in_type,
+                                        gemm_span(ar, ac, d->lda, d->stride_a, d->batch)));
+    TFB_CHECK_ALLOC(*b = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_GEMM_B, d->b, d->in_type,
+                                        gemm_span(br, bc, d->ldb, d->stride_b, d->batch)));
     return TFB_OK;
 }
 
@@ -87,7 +96,7 @@ static tfb_status cpu_gemm(void *ctx, const tfb_gemm_desc *d) {
 
 static void cpu_destroy(tfb_backend *be) {
     cpu_ctx *c = be->ctx;
-    free(c->widen);
+    for (int i = 0; i < TFB_CPU_SLOTS; i++) free(c->scratch[i]);
     free(c);
     free(be);
 }
@@ -103,6 +112,7 @@ tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out) {
                         .copy_h2d = cpu_copy, .copy_d2h = cpu_copy, .copy_d2d = cpu_copy, .fill = cpu_fill,
                         .sync = cpu_sync, .gemm = cpu_gemm, .destroy = cpu_destroy};
     tfb_cpu_ops_install(be);
+    tfb_cpu_conv_install(be);
     *out = be;
     return TFB_OK;
 }

@@ -137,10 +137,13 @@ static tfb_status cpu_softmax_bwd(void *ctx, float *din, const float *dout, cons
 
 /* GELU is the exact erf form (BERT's published GELU; PyTorch nn.GELU() default). */
 static inline float act_value(tfb_act act, float x) {
+    if (act == TFB_ACT_RELU) return x > 0.0f ? x : 0.0f;
     return act == TFB_ACT_GELU ? 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)) : tanhf(x);
 }
 
+/* For ReLU the slope is read off the input or, equally, the output (both positive together). */
 static inline float act_slope(tfb_act act, float x) {
+    if (act == TFB_ACT_RELU) return x > 0.0f ? 1.0f : 0.0f;
     if (act == TFB_ACT_TANH) { float t = tanhf(x); return 1.0f - t * t; }
     return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
 }
@@ -267,6 +270,16 @@ static tfb_status cpu_adamw(void *ctx, float *w, const float *g, float *m, float
     return TFB_OK;
 }
 
+static tfb_status cpu_sgd(void *ctx, float *w, const float *g, float *buf, size_t n, const tfb_sgd_hparams *hp) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = hp->momentum * buf[i] + g[i] * hp->grad_scale + hp->weight_decay * w[i];
+        w[i] -= hp->lr * buf[i];
+    }
+    return TFB_OK;
+}
+
 static float load_elem(const void *p, tfb_dtype t, size_t i) {
     if (t == TFB_F32) return ((const float *)p)[i];
     uint16_t h = ((const uint16_t *)p)[i];
@@ -312,6 +325,7 @@ void tfb_cpu_ops_install(tfb_backend *be) {
     be->xent_fwd = cpu_xent_fwd;
     be->xent_bwd = cpu_xent_bwd;
     be->adamw = cpu_adamw;
+    be->sgd = cpu_sgd;
     be->cast = cpu_cast;
     be->check_finite = cpu_check_finite;
 }

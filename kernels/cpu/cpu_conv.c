@@ -1,0 +1,261 @@
+/* cpu_conv.c — the CPU backend's convolutional-network ops: convolution as im2col + OpenBLAS SGEMM per image
+ * (1x1 stride-1 convolutions skip im2col), batch norm in training mode, max and global average pooling. NCHW only;
+ * 16-bit inputs are widened to FP32 first. Statistics accumulate in double. Other ops are in cpu_ops.c.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+#include "cpu.h"
+
+/* col (c*r*s, p*q) of one image x (c, h, w). */
+static void im2col(float *col, const float *x, const tfb_conv_desc *d) {
+    int pq = d->p * d->q;
+#pragma omp parallel for schedule(static)
+    for (int row = 0; row < d->c * d->r * d->s; row++) {
+        int c = row / (d->r * d->s), r = row / d->s % d->r, s = row % d->s;
+        const float *plane = x + (size_t)c * d->h * d->w;
+        float *out = col + (size_t)row * pq;
+        for (int p = 0; p < d->p; p++) {
+            int ih = p * d->stride - d->pad + r;
+            for (int q = 0; q < d->q; q++) {
+                int iw = q * d->stride - d->pad + s;
+                out[p * d->q + q] = ih >= 0 && ih < d->h && iw >= 0 && iw < d->w ? plane[ih * d->w + iw] : 0.0f;
+            }
+        }
+    }
+}
+
+/* dx (c, h, w) of one image = scatter-add of dcol (c*r*s, p*q); each thread owns whole channels. */
+static void col2im(float *dx, const float *col, const tfb_conv_desc *d) {
+    int pq = d->p * d->q;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < d->c; c++) {
+        float *plane = dx + (size_t)c * d->h * d->w;
+        memset(plane, 0, (size_t)d->h * d->w * sizeof(float));
+        for (int r = 0; r < d->r; r++)
+            for (int s = 0; s < d->s; s++) {
+                const float *in = col + (size_t)((c * d->r + r) * d->s + s) * pq;
+                for (int p = 0; p < d->p; p++) {
+                    int ih = p * d->stride - d->pad + r;
+                    if (ih < 0 || ih >= d->h) continue;
+                    for (int q = 0; q < d->q; q++) {
+                        int iw = q * d->stride - d->pad + s;
+                        if (iw >= 0 && iw < d->w) plane[ih * d->w + iw] += in[p * d->q + q];
+                    }
+                }
+            }
+    }
+}
+
+static int conv_is_pointwise(const tfb_conv_desc *d) {
+    return d->r == 1 && d->s == 1 && d->stride == 1 && d->pad == 0;
+}
+
+static size_t x_elems(const tfb_conv_desc *d) { return (size_t)d->n * d->c * d->h * d->w; }
+static size_t y_elems(const tfb_conv_desc *d) { return (size_t)d->n * d->k * d->p * d->q; }
+static size_t w_elems(const tfb_conv_desc *d) { return (size_t)d->k * d->c * d->r * d->s; }
+
+static tfb_status cpu_conv_fwd(void *ctx, const tfb_conv_desc *d, float *y, const void *x16, const void *w16) {
+    if (d->layout != TFB_NCHW) return TFB_ERR_ARG;
+    const float *x = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_X, x16, d->in_type, x_elems(d));
+    const float *w = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_W, w16, d->in_type, w_elems(d));
+    int crs = d->c * d->r * d->s, pq = d->p * d->q;
+    float *col = conv_is_pointwise(d) ? NULL : tfb_cpu_scratch(ctx, TFB_CPU_SLOT_COL, (size_t)crs * pq);
+    if (!x || !w || (!col && !conv_is_pointwise(d))) return TFB_ERR_NOMEM;
+    for (int i = 0; i < d->n; i++) {
+        const float *xi = x + (size_t)i * d->c * d->h * d->w;
+        if (col) im2col(col, xi, d);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->k, pq, crs, 1.0f, w, crs, col ? col : xi, pq,
+                    0.0f, y + (size_t)i * d->k * pq, pq);
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, float *dx, const void *dy16,
+                                    const void *w16) {
+    if (d->layout != TFB_NCHW) return TFB_ERR_ARG;
+    const float *dy = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_DY, dy16, d->in_type, y_elems(d));
+    const float *w = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_W, w16, d->in_type, w_elems(d));
+    int crs = d->c * d->r * d->s, pq = d->p * d->q;
+    float *col = conv_is_pointwise(d) ? NULL : tfb_cpu_scratch(ctx, TFB_CPU_SLOT_COL, (size_t)crs * pq);
+    if (!dy || !w || (!col && !conv_is_pointwise(d))) return TFB_ERR_NOMEM;
+    for (int i = 0; i < d->n; i++) {
+        float *dxi = dx + (size_t)i * d->c * d->h * d->w;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, pq, d->k, 1.0f, w, crs,
+                    dy + (size_t)i * d->k * pq, pq, 0.0f, col ? col : dxi, pq);
+        if (col) col2im(dxi, col, d);
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *dw, const void *x16,
+                                      const void *dy16) {
+    if (d->layout != TFB_NCHW) return TFB_ERR_ARG;
+    const float *x = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_X, x16, d->in_type, x_elems(d));
+    const float *dy = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_DY, dy16, d->in_type, y_elems(d));
+    int crs = d->c * d->r * d->s, pq = d->p * d->q;
+    float *col = conv_is_pointwise(d) ? NULL : tfb_cpu_scratch(ctx, TFB_CPU_SLOT_COL, (size_t)crs * pq);
+    if (!x || !dy || (!col && !conv_is_pointwise(d))) return TFB_ERR_NOMEM;
+    for (int i = 0; i < d->n; i++) {
+        const float *xi = x + (size_t)i * d->c * d->h * d->w;
+        if (col) im2col(col, xi, d);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->k, crs, pq, 1.0f, dy + (size_t)i * d->k * pq, pq,
+                    col ? col : xi, pq, 1.0f, dw, crs);
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_bn_moments(void *ctx, float *mean, float *var, const float *x, int n, int c, int hw) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int ch = 0; ch < c; ch++) {
+        double s = 0, ss = 0, m;
+        for (int i = 0; i < n; i++) {
+            const float *p = x + ((size_t)i * c + ch) * hw;
+            for (int j = 0; j < hw; j++) s += p[j];
+        }
+        m = s / ((double)n * hw);
+        for (int i = 0; i < n; i++) {
+            const float *p = x + ((size_t)i * c + ch) * hw;
+            for (int j = 0; j < hw; j++) ss += (p[j] - m) * (p[j] - m);
+        }
+        mean[ch] = (float)m;
+        var[ch] = (float)(ss / ((double)n * hw));
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_bn_apply(void *ctx, float *y, const float *x, const float *mean, const float *var,
+                               const float *gamma, const float *beta, int n, int c, int hw, float eps) {
+    (void)ctx;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++) {
+            float scale = gamma[ch] / sqrtf(var[ch] + eps), shift = beta[ch] - mean[ch] * scale;
+            size_t off = ((size_t)i * c + ch) * hw;
+            for (int j = 0; j < hw; j++) y[off + j] = x[off + j] * scale + shift;
+        }
+    return TFB_OK;
+}
+
+static tfb_status cpu_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
+                                    const float *dy, const float *x, const float *mean, const float *var, int n,
+                                    int c, int hw, float eps) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int ch = 0; ch < c; ch++) {
+        double s = 0, sx = 0;
+        float rstd = 1.0f / sqrtf(var[ch] + eps);
+        for (int i = 0; i < n; i++) {
+            size_t off = ((size_t)i * c + ch) * hw;
+            for (int j = 0; j < hw; j++) {
+                s += dy[off + j];
+                sx += dy[off + j] * (x[off + j] - mean[ch]) * rstd;
+            }
+        }
+        sum_dy[ch] = (float)s;
+        sum_dy_xhat[ch] = (float)sx;
+        dgamma[ch] += (float)sx;
+        dbeta[ch] += (float)s;
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_bn_bwd_apply(void *ctx, float *dx, const float *dy, const float *x, const float *mean,
+                                   const float *var, const float *gamma, const float *sum_dy,
+                                   const float *sum_dy_xhat, double count, int n, int c, int hw, float eps) {
+    (void)ctx;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++) {
+            float rstd = 1.0f / sqrtf(var[ch] + eps), g = gamma[ch] * rstd;
+            float mdy = (float)(sum_dy[ch] / count), mdx = (float)(sum_dy_xhat[ch] / count);
+            size_t off = ((size_t)i * c + ch) * hw;
+            for (int j = 0; j < hw; j++) {
+                float xhat = (x[off + j] - mean[ch]) * rstd;
+                dx[off + j] = g * (dy[off + j] - mdy - xhat * mdx);
+            }
+        }
+    return TFB_OK;
+}
+
+static tfb_status cpu_bn_running_update(void *ctx, float *run_mean, float *run_var, const float *mean,
+                                        const float *var, int c, float momentum, double count) {
+    (void)ctx;
+    double unbias = count > 1 ? count / (count - 1) : 1.0;
+    for (int ch = 0; ch < c; ch++) {
+        run_mean[ch] = (1 - momentum) * run_mean[ch] + momentum * mean[ch];
+        run_var[ch] = (1 - momentum) * run_var[ch] + momentum * (float)(var[ch] * unbias);
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_maxpool_fwd(void *ctx, float *y, int *argmax, const float *x, int n, int c, int h, int w,
+                                  int r, int stride, int pad, int p, int q) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int plane = 0; plane < n * c; plane++) {
+        const float *in = x + (size_t)plane * h * w;
+        for (int i = 0; i < p; i++)
+            for (int j = 0; j < q; j++) {
+                float best = -INFINITY;
+                int arg = -1;
+                for (int a = 0; a < r; a++)
+                    for (int b = 0; b < r; b++) {
+                        int ih = i * stride - pad + a, iw = j * stride - pad + b;
+                        if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+                        if (in[ih * w + iw] > best || arg < 0) { best = in[ih * w + iw]; arg = ih * w + iw; }
+                    }
+                size_t o = (size_t)plane * p * q + (size_t)i * q + j;
+                y[o] = best;
+                argmax[o] = arg;
+            }
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_maxpool_bwd(void *ctx, float *dx, const float *dy, const int *argmax, int n, int c, int hw,
+                                  int pq) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int plane = 0; plane < n * c; plane++) {
+        float *out = dx + (size_t)plane * hw;
+        memset(out, 0, (size_t)hw * sizeof(float));
+        for (int o = 0; o < pq; o++) out[argmax[(size_t)plane * pq + o]] += dy[(size_t)plane * pq + o];
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_avgpool_fwd(void *ctx, float *y, const float *x, int n, int c, int hw) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int plane = 0; plane < n * c; plane++) {
+        double s = 0;
+        for (int j = 0; j < hw; j++) s += x[(size_t)plane * hw + j];
+        y[plane] = (float)(s / hw);
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_avgpool_bwd(void *ctx, float *dx, const float *dy, int n, int c, int hw) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int plane = 0; plane < n * c; plane++)
+        for (int j = 0; j < hw; j++) dx[(size_t)plane * hw + j] = dy[plane] / (float)hw;
+    return TFB_OK;
+}
+
+void tfb_cpu_conv_install(tfb_backend *be) {
+    be->conv_fwd = cpu_conv_fwd;
+    be->conv_bwd_data = cpu_conv_bwd_data;
+    be->conv_bwd_filter = cpu_conv_bwd_filter;
+    be->bn_moments = cpu_bn_moments;
+    be->bn_apply = cpu_bn_apply;
+    be->bn_bwd_reduce = cpu_bn_bwd_reduce;
+    be->bn_bwd_apply = cpu_bn_bwd_apply;
+    be->bn_running_update = cpu_bn_running_update;
+    be->maxpool_fwd = cpu_maxpool_fwd;
+    be->maxpool_bwd = cpu_maxpool_bwd;
+    be->avgpool_fwd = cpu_avgpool_fwd;
+    be->avgpool_bwd = cpu_avgpool_bwd;
+}

@@ -1,0 +1,196 @@
+/* test_cnn_ops.c — the CPU backend's convolutional-network ops against central finite differences of
+ * L = sum(out * R) (FP32, h = 1e-2, relative L2 error < 5e-3, as test_ops.c): convolution input and filter
+ * gradients over several kernel sizes, strides, paddings and odd image sizes, and its forward against a direct
+ * loop (also with FP16 inputs); training-mode batch norm (input, gamma, beta); max pool 3x3/2; global average pool;
+ * ReLU; SGD with momentum against its closed form; running statistics against their definition.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check.h"
+#include "../kernels/backend.h"
+
+static tfb_backend *be;
+static unsigned rng_state = 777u;
+
+static float frand(void) {
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)(rng_state >> 8) / 8388608.0f - 1.0f;
+}
+static float *rand_vec(size_t n) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = frand();
+    return x;
+}
+static double dot(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+typedef double (*scalar_fn)(void *ctx);
+static double fd_error(float *x, size_t n, const float *g, scalar_fn f, void *ctx) {
+    const float h = 1e-2f;
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        float save = x[i];
+        x[i] = save + h;
+        double fp = f(ctx);
+        x[i] = save - h;
+        double fm = f(ctx);
+        x[i] = save;
+        double d = (fp - fm) / (2 * h);
+        num += (d - g[i]) * (d - g[i]);
+        den += (double)g[i] * g[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+#define FD_TOL 5e-3
+
+/* ---- convolution ---- */
+typedef struct { tfb_conv_desc d; float *x, *w, *y, *r; } conv_case;
+static double conv_loss(void *p) {
+    conv_case *c = p;
+    be->conv_fwd(be->ctx, &c->d, c->y, c->x, c->w);
+    return dot(c->y, c->r, (size_t)c->d.n * c->d.k * c->d.p * c->d.q);
+}
+static double conv_direct_error(conv_case *c) {
+    tfb_conv_desc *d = &c->d;
+    double err = 0;
+    for (int i = 0; i < d->n; i++)
+        for (int k = 0; k < d->k; k++)
+            for (int p = 0; p < d->p; p++)
+                for (int q = 0; q < d->q; q++) {
+                    double s = 0;
+                    for (int ch = 0; ch < d->c; ch++)
+                        for (int r = 0; r < d->r; r++)
+                            for (int t = 0; t < d->s; t++) {
+                                int ih = p * d->stride - d->pad + r, iw = q * d->stride - d->pad + t;
+                                if (ih < 0 || ih >= d->h || iw < 0 || iw >= d->w) continue;
+                                s += (double)c->x[((i * d->c + ch) * d->h + ih) * d->w + iw] *
+                                     c->w[((k * d->c + ch) * d->r + r) * d->s + t];
+                            }
+                    err = fmax(err, fabs(s - c->y[((i * d->k + k) * d->p + p) * d->q + q]));
+                }
+    return err;
+}
+static void conv_test(int n, int ch, int h, int w, int k, int r, int stride, int pad) {
+    conv_case c = {.d = {.n = n, .c = ch, .h = h, .w = w, .k = k, .r = r, .s = r, .stride = stride, .pad = pad,
+                         .layout = TFB_NCHW, .in_type = TFB_F32}};
+    c.d.p = (h + 2 * pad - r) / stride + 1;
+    c.d.q = (w + 2 * pad - r) / stride + 1;
+    size_t nx = (size_t)n * ch * h * w, nw = (size_t)k * ch * r * r, ny = (size_t)n * k * c.d.p * c.d.q;
+    c.x = rand_vec(nx); c.w = rand_vec(nw); c.r = rand_vec(ny); c.y = malloc(ny * 4);
+    float *dx = malloc(nx * 4), *dw = calloc(nw, 4);
+    char name[96];
+    conv_loss(&c);
+    double ef = conv_direct_error(&c);
+    be->conv_bwd_data(be->ctx, &c.d, dx, c.r, c.w);
+    be->conv_bwd_filter(be->ctx, &c.d, dw, c.x, c.r);
+    double ex = fd_error(c.x, nx, dx, conv_loss, &c), ew = fd_error(c.w, nw, dw, conv_loss, &c);
+    snprintf(name, sizeof name, "conv_k%d_s%d_p%d_%dx%d_fwd_dx_dw", r, stride, pad, h, w);
+    EXPECT(name, ef < 1e-4 && ex < FD_TOL && ew < FD_TOL, "fwd %g dx %g dw %g", ef, ex, ew);
+    free(c.x); free(c.w); free(c.r); free(c.y); free(dx); free(dw);
+}
+
+static void conv_fp16_test(void) {
+    conv_case c = {.d = {.n = 2, .c = 3, .h = 7, .w = 6, .k = 4, .r = 3, .s = 3, .stride = 2, .pad = 1,
+                         .p = 4, .q = 3, .layout = TFB_NCHW, .in_type = TFB_F16}};
+    size_t nx = 2 * 3 * 7 * 6, nw = 4 * 3 * 9, ny = 2 * 4 * 4 * 3;
+    c.x = rand_vec(nx); c.w = rand_vec(nw); c.y = malloc(ny * 4);
+    uint16_t *x16 = malloc(nx * 2), *w16 = malloc(nw * 2);
+    be->cast(be->ctx, x16, TFB_F16, c.x, TFB_F32, nx);
+    be->cast(be->ctx, w16, TFB_F16, c.w, TFB_F32, nw);
+    be->cast(be->ctx, c.x, TFB_F32, x16, TFB_F16, nx); /* the reference sees the rounded inputs */
+    be->cast(be->ctx, c.w, TFB_F32, w16, TFB_F16, nw);
+    be->conv_fwd(be->ctx, &c.d, c.y, x16, w16);
+    double e = conv_direct_error(&c);
+    EXPECT("conv_fp16_inputs_fp32_accumulate", e < 1e-5, "max err %g", e);
+}
+
+/* ---- batch norm in training mode: statistics of this batch ---- */
+typedef struct { int n, c, hw; float *x, *g, *b, *y, *mean, *var, *r; } bn_case;
+static double bn_loss(void *p) {
+    bn_case *c = p;
+    be->bn_moments(be->ctx, c->mean, c->var, c->x, c->n, c->c, c->hw);
+    be->bn_apply(be->ctx, c->y, c->x, c->mean, c->var, c->g, c->b, c->n, c->c, c->hw, 1e-5f);
+    return dot(c->y, c->r, (size_t)c->n * c->c * c->hw);
+}
+static void test_batchnorm(void) {
+    bn_case c = {.n = 3, .c = 4, .hw = 5};
+    size_t nx = 60;
+    c.x = rand_vec(nx); c.r = rand_vec(nx); c.g = rand_vec(4); c.b = rand_vec(4);
+    c.y = malloc(nx * 4); c.mean = malloc(16); c.var = malloc(16);
+    float *dx = malloc(nx * 4), *dg = calloc(4, 4), *db = calloc(4, 4), sdy[4], sdx[4];
+    bn_loss(&c);
+    be->bn_bwd_reduce(be->ctx, sdy, sdx, dg, db, c.r, c.x, c.mean, c.var, c.n, c.c, c.hw, 1e-5f);
+    be->bn_bwd_apply(be->ctx, dx, c.r, c.x, c.mean, c.var, c.g, sdy, sdx, 15.0, c.n, c.c, c.hw, 1e-5f);
+    double ex = fd_error(c.x, nx, dx, bn_loss, &c), eg = fd_error(c.g, 4, dg, bn_loss, &c);
+    double eb = fd_error(c.b, 4, db, bn_loss, &c);
+    EXPECT("batchnorm_train_dx_vs_fd", ex < FD_TOL, "rel err %g", ex);
+    EXPECT("batchnorm_dgamma_dbeta_vs_fd", eg < FD_TOL && eb < FD_TOL, "gamma %g beta %g", eg, eb);
+    float rm[4] = {0}, rv[4] = {1, 1, 1, 1};
+    be->bn_running_update(be->ctx, rm, rv, c.mean, c.var, 4, 0.1f, 15.0);
+    EXPECT("batchnorm_running_stats", fabsf(rm[1] - 0.1f * c.mean[1]) < 1e-7f &&
+                                          fabsf(rv[1] - (0.9f + 0.1f * c.var[1] * 15 / 14)) < 1e-6f, "rm %g rv %g", rm[1], rv[1]);
+}
+
+/* ---- pooling ---- */
+typedef struct { int n, c, h, w, p, q; float *x, *y, *r; int *arg; } pool_case;
+static double maxpool_loss(void *p) {
+    pool_case *c = p;
+    be->maxpool_fwd(be->ctx, c->y, c->arg, c->x, c->n, c->c, c->h, c->w, 3, 2, 1, c->p, c->q);
+    return dot(c->y, c->r, (size_t)c->n * c->c * c->p * c->q);
+}
+static double avgpool_loss(void *p) {
+    pool_case *c = p;
+    be->avgpool_fwd(be->ctx, c->y, c->x, c->n, c->c, c->h * c->w);
+    return dot(c->y, c->r, (size_t)c->n * c->c);
+}
+static void test_pools(void) {
+    pool_case c = {.n = 2, .c = 3, .h = 9, .w = 8, .p = 5, .q = 4};
+    size_t nx = 2 * 3 * 72, ny = 2 * 3 * 20;
+    c.x = rand_vec(nx); c.r = rand_vec(ny); c.y = malloc(ny * 4); c.arg = malloc(ny * sizeof(int));
+    float *dx = malloc(nx * 4);
+    for (size_t i = 0; i < nx; i++) c.x[i] = 0.05f * (float)i; /* distinct values, 5h apart, shuffled: */
+    for (size_t i = nx - 1; i > 0; i--) {                        /* a step of h never changes a window's max */
+        size_t j = (size_t)((frand() + 1.0f) * 0.5f * (float)(i + 1)) % (i + 1);
+        float t = c.x[i]; c.x[i] = c.x[j]; c.x[j] = t;
+    }
+    maxpool_loss(&c);
+    be->maxpool_bwd(be->ctx, dx, c.r, c.arg, c.n, c.c, 72, 20);
+    double e = fd_error(c.x, nx, dx, maxpool_loss, &c);
+    EXPECT("maxpool_3x3_s2_p1_odd_vs_fd", e < FD_TOL, "rel err %g", e);
+    be->avgpool_bwd(be->ctx, dx, c.r, c.n, c.c, 72);
+    e = fd_error(c.x, nx, dx, avgpool_loss, &c);
+    EXPECT("global_avgpool_vs_fd", e < FD_TOL, "rel err %g", e);
+}
+
+static void test_relu_sgd(void) {
+    float x[4] = {-1.0f, 0.5f, 2.0f, -0.25f}, y[4], d[4] = {1, 1, 1, 1};
+    be->act_fwd(be->ctx, TFB_ACT_RELU, y, x, 4);
+    be->act_bwd(be->ctx, TFB_ACT_RELU, d, d, y, 4);
+    EXPECT("relu_fwd_bwd", y[0] == 0 && y[2] == 2 && d[0] == 0 && d[1] == 1 && d[3] == 0, "values wrong");
+    float w[1] = {2.0f}, g[1] = {0.5f}, buf[1] = {1.0f};
+    tfb_sgd_hparams hp = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f, .grad_scale = 2.0f};
+    be->sgd(be->ctx, w, g, buf, 1, &hp);
+    /* buf = 0.9 * 1 + 0.5 * 2 + 0.01 * 2 = 1.92; w = 2 - 0.192 */
+    EXPECT("sgd_momentum_closed_form", fabsf(buf[0] - 1.92f) < 1e-6f && fabsf(w[0] - 1.808f) < 1e-6f, "buf %g w %g",
+           buf[0], w[0]);
+}
+
+int main(void) {
+    char why[128];
+    if (tfb_backend_open("cpu", 2, &be, why, sizeof why) != TFB_OK) { printf("FAIL backend_open: %s\n", why); return 1; }
+    conv_test(2, 3, 7, 6, 4, 3, 1, 1);
+    conv_test(2, 3, 9, 7, 5, 3, 2, 1);
+    conv_test(1, 2, 11, 11, 3, 7, 2, 3);
+    conv_test(2, 4, 5, 5, 6, 1, 1, 0);
+    conv_test(2, 4, 7, 7, 3, 1, 2, 0);
+    conv_test(1, 3, 6, 8, 2, 2, 2, 0);
+    conv_fp16_test();
+    test_batchnorm();
+    test_pools();
+    test_relu_sgd();
+    be->destroy(be);
+    return test_failures ? 1 : 0;
+}
