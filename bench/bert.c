@@ -446,6 +446,9 @@ static void fill_workload(bert_model *m) {
     m->wl.flops_per_sample = bert_train_flops(&m->cfg, m->wc.seq_len, m->wc.masked);
     m->wl.flops_convention = "training = 3 x forward; 1 multiply-add = 2 FLOPs; MLM logits on masked positions "
                              "only; bidirectional attention (s^2 term not halved)";
+    snprintf(m->wl.shape, sizeof m->wl.shape, "seq %d, %d masked", m->wc.seq_len, m->wc.masked);
+    m->wl.optimizer = TFB_OPT_ADAMW;
+    m->wl.default_lr = 1e-4f;
     m->wl.load_batch = bert_load_batch;
     m->wl.forward = bert_forward;
     m->wl.backward = bert_backward;

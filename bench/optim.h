@@ -1,4 +1,5 @@
-/* optim.h — AdamW on the FP32 master weights, tensor by tensor (decay only where the parameter table says), and
+/* optim.h — the optimizer the workload asks for on the FP32 master weights, tensor by tensor (decay only where the
+ * parameter table says): AdamW (BERT) or SGD with momentum (ResNet); and
  * the dynamic loss scaler for FP16 (formulas.md: skip the step and halve on inf/NaN, double after a window of clean
  * steps). The moments live in one pool. This file does not decide when gradients are complete (ddp.c does).
  */
@@ -10,10 +11,11 @@
 typedef struct {
     tfb_backend *be;
     const tfb_workload *wl;
-    float *m, *v;               /* (numel) Adam moments */
+    float *m, *v;               /* (numel) Adam moments, or m alone: the SGD momentum buffer */
     tfb_mempool pool;
     tfb_adamw_hparams hp;       /* lr, betas, eps, weight decay; step counts applied updates */
-} tfb_adamw;
+    float momentum;             /* SGD */
+} tfb_optim;
 
 typedef struct {
     int enabled;                /* FP16 only */
@@ -23,10 +25,10 @@ typedef struct {
     int backoffs;               /* times the scale was halved */
 } tfb_loss_scaler;
 
-tfb_status tfb_adamw_init(tfb_adamw *o, tfb_backend *be, const tfb_workload *wl, float lr, float weight_decay);
+tfb_status tfb_optim_init(tfb_optim *o, tfb_backend *be, const tfb_workload *wl, float lr, float weight_decay);
 /* One update; grad_scale multiplies every gradient first (1 / (loss scale * ranks)). */
-tfb_status tfb_adamw_step(tfb_adamw *o, float grad_scale);
-void tfb_adamw_free(tfb_adamw *o);
+tfb_status tfb_optim_step(tfb_optim *o, float grad_scale);
+void tfb_optim_free(tfb_optim *o);
 
 void tfb_loss_scaler_init(tfb_loss_scaler *s, int enabled, double scale, int window);
 /* After the global finiteness check: returns 1 when the step must be applied, 0 when skipped. */

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "options.h"
 #include "bert.h"
+#include "resnet.h"
 
 typedef enum { OPT_INT, OPT_INT0, OPT_NUM, OPT_STR, OPT_FLAG } opt_kind;
 
@@ -20,10 +21,12 @@ typedef struct {
 
 #define F(x) offsetof(tfb_options, x), sizeof(((tfb_options *)0)->x)
 static const opt_spec OPTS[] = {
-    {"--model", OPT_STR, F(model), "bert-base", 0, 0, "bert-tiny|bert-mini|bert-small|bert-medium|bert-base|bert-large"},
+    {"--model", OPT_STR, F(model), "bert-base", 0, 0, "bert-tiny|bert-mini|bert-small|bert-medium|bert-base|bert-large|resnet50|resnet18|resnet-tiny"},
     {"--precision", OPT_STR, F(precision), "fp32", 0, 0, "fp32|fp16|bf16 (GEMM inputs; FP32 master weights and accumulation)"},
     {"--batch", OPT_INT, F(batch), "8", 1, 1 << 20, "samples per rank (weak scaling) or global batch (strong)"},
     {"--seq-len", OPT_INT, F(seq_len), "128", 8, 512, "sequence length, 8..512"},
+    {"--image-size", OPT_INT0, F(image_size), "0", 0, 4096, "ResNet input height and width, >= 32 (0: 224, 32 for resnet-tiny)"},
+    {"--sync-bn", OPT_FLAG, F(sync_bn), "0", 0, 0, "ResNet: batch-norm statistics over all data-parallel ranks"},
     {"--masked", OPT_INT0, F(masked), "0", 0, 512, "masked predictions per sequence (0: 20 per 128 tokens)"},
     {"--steps", OPT_INT, F(steps), "50", 1, 1 << 30, "timed steps per trial"},
     {"--warmup", OPT_INT0, F(warmup), "10", 0, 1 << 30, "untimed warm-up steps"},
@@ -32,8 +35,8 @@ static const opt_spec OPTS[] = {
     {"--scaling", OPT_STR, F(scaling), "weak", 0, 0, "weak: --batch per rank; strong: --batch is the global batch"},
     {"--bucket-mb", OPT_NUM, F(bucket_mb), "25", 0.001, 65536, "gradient all-reduce bucket size in MiB"},
     {"--dropout", OPT_NUM, F(dropout), "0.1", 0, 0.95, "dropout probability"},
-    {"--lr", OPT_NUM, F(lr), "1e-4", 0, 10, "AdamW learning rate (constant)"},
-    {"--weight-decay", OPT_NUM, F(weight_decay), "0.01", 0, 1, "AdamW decoupled weight decay (not on biases or LayerNorm)"},
+    {"--lr", OPT_NUM, F(lr), "0", 0, 10, "learning rate, constant (0: 1e-4 AdamW for BERT, 0.1 SGD for ResNet)"},
+    {"--weight-decay", OPT_NUM, F(weight_decay), "-1", -1, 1, "weight decay, not on biases or norms (-1: 0.01 BERT, 1e-4 ResNet)"},
     {"--seed", OPT_INT0, F(seed), "1234", 0, 9.2e18, "seed of initialisation, data and dropout"},
     {"--output", OPT_STR, F(output), "", 0, 0, "results JSON path (default results/runs/tfbench-MODEL-PRECISION-NrR-TIME.json)"},
     {"--dump", OPT_STR, F(dump), "", 0, 0, "directory for .npy dumps of initial parameters, first batch, first gradients"},
@@ -94,10 +97,18 @@ static tfb_status check_options(tfb_options *o, char *err, size_t n) {
     static const char *const prec[] = {"fp32", "fp16", "bf16", NULL}, *const par[] = {"data", NULL},
                              *const scal[] = {"weak", "strong", NULL}, *const dev[] = {"auto", "cpu", NULL},
                              *const prog[] = {"auto", "on", "off", NULL};
-    if (!bert_config_find(o->model)) {
-        snprintf(err, n, "--model: unknown model '%s' (known: %s)", o->model, bert_config_names());
+    o->resnet = resnet_config_find(o->model) != NULL;
+    if (!bert_config_find(o->model) && !o->resnet) {
+        snprintf(err, n, "--model: unknown model '%s' (known: %s, %s)", o->model, bert_config_names(),
+                 resnet_config_names());
         return TFB_ERR_ARG;
     }
+    if (o->resnet && o->image_size == 0) o->image_size = resnet_config_find(o->model)->default_image;
+    if (o->resnet && o->image_size < 32) {
+        snprintf(err, n, "--image-size: %d is too small (at least 32)", o->image_size);
+        return TFB_ERR_ARG;
+    }
+    if (o->weight_decay < 0) o->weight_decay = o->resnet ? 1e-4 : 0.01;
     TFB_TRY(check_choice("--precision", o->precision, prec, err, n));
     TFB_TRY(check_choice("--parallel", o->parallel, par, err, n));
     TFB_TRY(check_choice("--scaling", o->scaling, scal, err, n));

@@ -16,11 +16,13 @@ typedef struct {
     char precision[8];
     tfb_dtype gemm_type;
     int batch, seq_len, masked, steps, warmup, trials;
+    int resnet;              /* the model is a ResNet */
+    int image_size, sync_bn;
     char parallel[16];
     char scaling[8];
     int strong;              /* --scaling strong */
     double bucket_mb;
-    double dropout, lr, weight_decay;
+    double dropout, lr, weight_decay; /* lr 0: the workload's default */
     long long seed;
     char output[4096];       /* empty: a name under results/runs/ */
     char dump[4096];         /* empty: no dump */

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "run.h"
 #include "bert.h"
+#include "resnet.h"
 #include "clock.h"
 #include "comm.h"
 #include "ddp.h"
@@ -30,7 +31,7 @@ typedef struct {
     tfb_backend *be;
     tfb_workload *wl;
     tfb_ddp ddp;
-    tfb_adamw opt;
+    tfb_optim opt;
     tfb_loss_scaler scaler;
     tfb_run_record rec;
     char output[4096];
@@ -79,18 +80,27 @@ static tfb_status check_job(run_ctx *r, char *err, size_t len) {
     return check_paths(r, err, len);
 }
 
+static tfb_status group_sum(void *ctx, float *host, int n) {
+    tfb_comm *c = ctx;
+    return c->allreduce(c, host, (size_t)n, TFB_COMM_F32, TFB_SUM);
+}
+
 static tfb_status setup_workload(run_ctx *r) {
     int ranks = r->world->size;
     int local = r->o.strong ? r->o.batch / ranks : r->o.batch;
     tfb_workload_config wc = {.local_batch = local, .global_batch = local * ranks, .sample0 = local * r->world->rank,
                               .seq_len = r->o.seq_len, .masked = r->o.masked, .gemm_type = r->o.gemm_type,
                               .dropout = (float)r->o.dropout, .seed = (uint64_t)r->o.seed,
-                              .fixed_batch = r->o.fixed_batch};
-    TFB_CHECK(bert_create(bert_config_find(r->o.model), &wc, r->be, &r->wl));
+                              .fixed_batch = r->o.fixed_batch, .image_size = r->o.image_size,
+                              .sync_bn = r->o.sync_bn, .dp_size = ranks, .group_sum = group_sum,
+                              .group_sum_ctx = r->world};
+    if (r->o.resnet) TFB_CHECK(resnet_create(resnet_config_find(r->o.model), &wc, r->be, &r->wl));
+    else TFB_CHECK(bert_create(bert_config_find(r->o.model), &wc, r->be, &r->wl));
+    if (r->o.lr == 0) r->o.lr = r->wl->default_lr;
     TFB_CHECK(r->world->bcast(r->world, r->wl->param_pool, r->wl->numel, TFB_COMM_F32, 0));
     TFB_CHECK(r->wl->refresh_lowp(r->wl->self));
     TFB_CHECK(tfb_ddp_init(&r->ddp, r->world, r->wl, r->o.bucket_mb));
-    TFB_CHECK(tfb_adamw_init(&r->opt, r->be, r->wl, (float)r->o.lr, (float)r->o.weight_decay));
+    TFB_CHECK(tfb_optim_init(&r->opt, r->be, r->wl, (float)r->o.lr, (float)r->o.weight_decay));
     tfb_loss_scaler_init(&r->scaler, r->o.gemm_type == TFB_F16, r->o.loss_scale, r->o.loss_scale_window);
     r->rec.local_batch = local;
     r->rec.global_batch = local * ranks;
@@ -130,7 +140,7 @@ static tfb_status optimizer_phase(run_ctx *r, int step) {
                     r->o.precision);
         return TFB_ERR_NUMERIC;
     }
-    return tfb_adamw_step(&r->opt, (float)(1.0 / (r->scaler.scale * r->world->size)));
+    return tfb_optim_step(&r->opt, (float)(1.0 / (r->scaler.scale * r->world->size)));
 }
 
 /* One training step; ph receives the phase times, *loss this rank's loss. */
@@ -300,13 +310,18 @@ static void fill_record(run_ctx *r, int argc, char **argv) {
     c->steps = o->steps;
     c->trials = o->trials;
     c->dropout = o->dropout;
-    c->lr = o->lr;
     c->bucket_mb = o->bucket_mb;
     c->seed = (uint64_t)o->seed;
 }
 
 static void fill_results(run_ctx *r) {
     tfb_run_record *c = &r->rec;
+    c->lr = r->o.lr;
+    c->weight_decay = r->o.weight_decay;
+    c->optimizer = r->wl->optimizer == TFB_OPT_SGD ? "SGD, momentum 0.9" : "AdamW, betas 0.9/0.999, eps 1e-6";
+    c->shape = r->wl->shape;
+    c->image_size = r->o.resnet ? r->o.image_size : 0;
+    c->sync_bn = r->o.sync_bn;
     c->params = r->wl->numel;
     c->flops_per_sample = r->wl->flops_per_sample;
     c->flops_convention = r->wl->flops_convention;

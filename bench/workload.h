@@ -20,6 +20,10 @@ typedef struct {
 
 /* Called during backward: every gradient at pool offset >= `watermark` is complete. */
 typedef tfb_status (*tfb_grad_ready_fn)(void *ctx, size_t watermark);
+/* Sums n host floats in place over the data-parallel group (synchronised batch norm). */
+typedef tfb_status (*tfb_group_sum_fn)(void *ctx, float *host, int n);
+
+typedef enum { TFB_OPT_ADAMW = 0, TFB_OPT_SGD = 1 } tfb_optimizer_kind;
 
 typedef struct {
     int local_batch;         /* samples on this rank per step */
@@ -30,6 +34,11 @@ typedef struct {
     float dropout;
     uint64_t seed;
     int fixed_batch;         /* every step reuses step 0's batch */
+    int image_size;          /* ResNet: input height and width */
+    int sync_bn;             /* ResNet: batch-norm statistics over the whole data-parallel group */
+    int dp_size;             /* ranks in the data-parallel group */
+    tfb_group_sum_fn group_sum;
+    void *group_sum_ctx;
 } tfb_workload_config;
 
 typedef struct tfb_workload tfb_workload;
@@ -43,6 +52,9 @@ struct tfb_workload {
     size_t bytes_planned;          /* every pool this workload allocated */
     double flops_per_sample;       /* training FLOPs per sample, convention in flops_convention */
     const char *flops_convention;
+    char shape[96];                /* the input shape in words, for the table ("seq 128, 20 masked") */
+    tfb_optimizer_kind optimizer;
+    float default_lr;              /* when the user gives none */
 
     tfb_status (*load_batch)(void *self, int step);                  /* make and upload this step's inputs */
     tfb_status (*forward)(void *self, int step, double *loss);       /* *loss: this rank's mean loss */

@@ -16,7 +16,10 @@ typedef struct {
     char **argv;
     const char *model, *precision, *parallel, *scaling, *backend;
     int ranks, threads_per_rank, local_batch, global_batch, seq_len, masked, warmup, steps, trials;
-    double dropout, lr, bucket_mb;
+    double dropout, lr, weight_decay, bucket_mb;
+    const char *optimizer;       /* name and fixed hyper-parameters */
+    const char *shape;           /* the workload's input shape in words */
+    int image_size, sync_bn;     /* ResNet (image_size 0 for BERT) */
     uint64_t seed;
     size_t params;
     double flops_per_sample;

@@ -66,13 +66,21 @@ static cJSON *config_json(const tfb_run_record *r) {
     cJSON_AddNumberToObject(c, "threads_per_rank", r->threads_per_rank);
     cJSON_AddNumberToObject(c, "batch_per_rank", r->local_batch);
     cJSON_AddNumberToObject(c, "global_batch", r->global_batch);
-    cJSON_AddNumberToObject(c, "seq_len", r->seq_len);
-    cJSON_AddNumberToObject(c, "masked_per_sequence", r->masked);
+    cJSON_AddStringToObject(c, "input", r->shape);
+    if (r->image_size) {
+        cJSON_AddNumberToObject(c, "image_size", r->image_size);
+        cJSON_AddBoolToObject(c, "sync_bn", r->sync_bn);
+    } else {
+        cJSON_AddNumberToObject(c, "seq_len", r->seq_len);
+        cJSON_AddNumberToObject(c, "masked_per_sequence", r->masked);
+    }
     cJSON_AddNumberToObject(c, "warmup_steps", r->warmup);
     cJSON_AddNumberToObject(c, "timed_steps_per_trial", r->steps);
     cJSON_AddNumberToObject(c, "trials", r->trials);
     cJSON_AddNumberToObject(c, "dropout", r->dropout);
+    cJSON_AddStringToObject(c, "optimizer", r->optimizer);
     cJSON_AddNumberToObject(c, "lr", r->lr);
+    cJSON_AddNumberToObject(c, "weight_decay", r->weight_decay);
     cJSON_AddNumberToObject(c, "bucket_mb", r->bucket_mb);
     cJSON_AddNumberToObject(c, "gradient_buckets", r->n_buckets);
     cJSON_AddNumberToObject(c, "seed", (double)r->seed);

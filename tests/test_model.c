@@ -4,6 +4,7 @@
 #include <math.h>
 #include "check.h"
 #include "../bench/bert.h"
+#include "../bench/resnet.h"
 #include "../bench/stats.h"
 
 static void test_bert_counts(void) {
@@ -18,6 +19,21 @@ static void flops_case(const char *model, int s, int masked, double want) {
     double got = bert_train_flops(bert_config_find(model), s, masked) / 1e9;
     snprintf(name, sizeof name, "%s_s%d_train_gflop_%.1f", model, s, want);
     EXPECT(name, fabs(got - want) < 0.05, "got %.2f", got);
+}
+
+static void test_resnet_figures(void) {
+    size_t r50 = resnet_param_count(resnet_config_find("resnet50"));
+    size_t r18 = resnet_param_count(resnet_config_find("resnet18"));
+    EXPECT("resnet50_parameters_25557032", r50 == 25557032u, "got %zu", r50);
+    EXPECT("resnet18_parameters_11689512", r18 == 11689512u, "got %zu", r18);
+    double v15 = resnet_forward_macs(resnet_config_find("resnet50"), 224, 0) / 1e9;
+    double v1 = resnet_forward_macs(resnet_config_find("resnet50"), 224, 1) / 1e9;
+    double r18m = resnet_forward_macs(resnet_config_find("resnet18"), 224, 0) / 1e9;
+    EXPECT("resnet50_v1_5_forward_4_089_gmac", fabs(v15 - 4.089) < 0.0015, "got %.4f", v15);
+    EXPECT("resnet50_v1_stride_forward_3_858_gmac", fabs(v1 - 3.858) < 0.0015, "got %.4f", v1);
+    EXPECT("resnet18_forward_1_82_gmac", fabs(r18m - 1.82) < 0.01, /* published 1.82 (torchvision: 1.81) */ "got %.4f", r18m);
+    double train = resnet_train_flops(resnet_config_find("resnet50"), 224) / 1e9;
+    EXPECT("resnet50_train_gflop_3x_minus_stem_dgrad", fabs(train - (3 * 8.178 - 0.236)) < 0.01, "got %.3f", train);
 }
 
 static void test_stats(void) {
@@ -36,6 +52,7 @@ int main(void) {
     flops_case("bert-base", 512, 80, 301.4);
     flops_case("bert-large", 128, 20, 240.6);
     flops_case("bert-large", 512, 80, 1020.5);
+    test_resnet_figures();
     test_stats();
     return test_failures ? 1 : 0;
 }

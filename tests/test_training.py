@@ -88,6 +88,30 @@ def test_mixed_precision():
     check("fp32_overflow_stops_with_message", p.returncode != 0 and "non-finite gradient at step 3" in p.stderr and r is None, f"rc {p.returncode} {p.stderr[-300:]}")
 
 
+RESNET = ["--model", "resnet-tiny", "--warmup", "0", "--peak-tflops", "1"]
+
+
+def test_resnet():
+    p, r = tfbench(RESNET + ["--batch", "8", "--fixed-batch", "--steps", "100"], name="resnet_falls")
+    l = losses(r) if r else [0]
+    check("resnet_tiny_loss_halves_within_100_steps", r is not None and min(l) <= 0.5 * l[0], f"first {l[0]} min {min(l)} {p.stderr[-300:]}")
+    base = RESNET + ["--batch", "8", "--scaling", "strong", "--steps", "10", "--lr", "0.05"]
+    _, r1 = tfbench(base, 1, "rn1")
+    for n in (2, 4):
+        p, r = tfbench(base + ["--sync-bn"], n, f"rn_sync{n}")
+        e = max_rel(losses(r), losses(r1)) if r and r1 else float("inf")
+        check(f"resnet_dp_{n}_ranks_sync_bn_matches_1_rank", e < 1e-5 and r["checks"]["params_identical_across_ranks"], f"max rel diff {e:.3g} {p.stderr[-200:]}")
+    p, r = tfbench(base, 2, "rn_local")
+    e = max_rel(losses(r), losses(r1)) if r and r1 else 0
+    check("resnet_dp_per_rank_bn_differs_from_1_rank", e > 1e-4 and r["config"]["sync_bn"] is False, f"max rel diff {e:.3g}")
+    _, r32 = tfbench(RESNET + ["--batch", "4", "--steps", "20", "--lr", "0.02"], name="rn32")
+    tol = {"fp16": 5e-3, "bf16": 5e-2}
+    for prec in ("fp16", "bf16"):
+        p, r = tfbench(RESNET + ["--batch", "4", "--steps", "20", "--lr", "0.02", "--precision", prec], name="rn" + prec)
+        e = max_rel(losses(r), losses(r32)) if r and r32 else float("inf")
+        check(f"resnet_{prec}_loss_within_{tol[prec]}_of_fp32_over_20_steps", 0 < e < tol[prec], f"max rel diff {e:.3g} {p.stderr[-200:]}")
+
+
 def npy_shape(path):
     with open(path, "rb") as f:
         head = f.read(10)
@@ -151,17 +175,18 @@ def npy_read(path):
     return eval(h[h.index("(", h.index("shape")):h.index(")", h.index("shape")) + 1]), a
 
 
-def test_model_vs_pytorch():
-    fix = os.path.join(ROOT, "tests", "fixtures", "bert_tiny")
+def model_vs_pytorch(model):
+    """Loss and stored gradients of the first step against the fixture; returns (fixture dir, dump dir)."""
+    fix = os.path.join(ROOT, "tests", "fixtures", model.replace("-", "_"))
     args = json.load(open(os.path.join(fix, "run.json")))["tfbench_args"]
-    d = os.path.join(TMP, "model_dump")
-    p, r = tfbench(args + ["--dump", d], name="model")
+    d = os.path.join(TMP, model + "_dump")
+    p, r = tfbench(args + ["--dump", d], name=model)
     if r is None:
-        check("bert_tiny_step_runs", False, p.stderr[-300:])
-        return
+        check(f"{model}_step_runs", False, p.stderr[-300:])
+        return None, None
     ref_loss = npy_read(os.path.join(fix, "loss.npy"))[1][0]
     got = losses(r)[0]
-    check("bert_tiny_loss_vs_pytorch_float64", abs(got - ref_loss) / ref_loss < 1e-6, f"{got} vs {ref_loss}")
+    check(f"{model}_loss_vs_pytorch_float64", abs(got - ref_loss) / ref_loss < 1e-6, f"{got} vs {ref_loss}")
     worst, worst_name = 0.0, ""
     names = sorted(f for f in os.listdir(fix) if f.startswith("grad.") and f != "grad.emb.word.rows.npy")
     for f in names:
@@ -169,13 +194,21 @@ def test_model_vs_pytorch():
         e = max(abs(a - b) for a, b in zip(got, ref)) / max(max(abs(b) for b in ref), 1e-30)
         if e > worst or len(got) != len(ref):
             worst, worst_name = (e if len(got) == len(ref) else float("inf")), f
+    check(f"{model}_all_{len(names)}_stored_grads_vs_pytorch", worst < 1e-4, f"worst {worst_name} rel err {worst:.3g}")
+    return fix, d
+
+
+def test_model_vs_pytorch():
+    model_vs_pytorch("resnet-tiny")
+    fix, d = model_vs_pytorch("bert-tiny")
+    if fix is None:
+        return
     rows = npy_read(os.path.join(fix, "word_rows.npy"))[1]
     ref = npy_read(os.path.join(fix, "grad.emb.word.rows.npy"))[1]
     full = npy_read(os.path.join(d, "grad.emb.word.npy"))[1]
     got = [full[row * 128 + j] for row in rows for j in range(128)]
     e = max(abs(a - b) for a, b in zip(got, ref)) / max(abs(b) for b in ref)
     check("bert_tiny_tied_word_embedding_grad_vs_pytorch", e < 1e-4, f"rel err {e:.3g}")
-    check(f"bert_tiny_all_{len(names)}_stored_grads_vs_pytorch", worst < 1e-4, f"worst {worst_name} rel err {worst:.3g}")
 
 
 BAD = [
@@ -183,7 +216,7 @@ BAD = [
     (["--batch", "0"], "--batch"), (["--batch", "-3"], "--batch"), (["--seq-len", "1024"], "--seq-len"),
     (["--steps", "0"], "--steps"), (["--dropout", "1.5"], "--dropout"), (["--bogus"], "--bogus"),
     (["--batch"], "--batch"), (["--scaling", "strong", "--batch", "3"], "--batch"), (["--masked", "40", "--seq-len", "32"], "--masked"),
-    (["--output", "/nonexistent-dir/x.json"], "--output"), (["--device", "tpu"], "--device"), (["--bucket-mb", "0"], "--bucket-mb"),
+    (["--output", "/nonexistent-dir/x.json"], "--output"), (["--model", "resnet-tiny", "--image-size", "16"], "--image-size"), (["--device", "tpu"], "--device"), (["--bucket-mb", "0"], "--bucket-mb"),
 ]
 
 
@@ -204,6 +237,6 @@ def test_bad_input():
     check("help_lists_options_with_defaults", p.returncode == 0 and all(o in p.stdout for o in opts) and "[bert-base]" in p.stdout, p.stdout[:200])
 
 
-for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_results_consistent, test_dump):
+for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_dump):
     t()
 sys.exit(1 if failures else 0)
