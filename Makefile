@@ -57,8 +57,11 @@ test: deps
 	@$(MAKE) --no-print-directory all
 	tests/run.sh
 
+$(BUILD)/bench_conv: $(BUILD)/scripts/bench_conv.o $(BUILD)/libtfb.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(CONFIG_LIBS) -lm
+
 bench: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all $(BUILD)/bench_conv
 	scripts/bench-cpu.sh
 
 clean:

@@ -6,8 +6,8 @@
   trajectory within 1e-5 relative (FP32), and every rank ends with identical parameters.
 - FP16 and BF16 stay within a stated tolerance of FP32 over 20 steps; an injected overflow makes the FP16 loss
   scaler skip that step and halve its scale; in FP32 the same injection stops the run with a message.
-- One whole bert-tiny step (dropout off) against PyTorch float64 computed from tfbench's own dump
-  (scripts/make-model-fixture.py): the loss within 1e-6 and every stored gradient within 1e-4 of the reference,
+- One whole bert-tiny, resnet-tiny and resnet18 step (BERT dropout off) against PyTorch float64 from tfbench's own dump
+  (scripts/make-model-fixture.py, scripts/make-resnet-fixture.py): the loss within 1e-6 and every stored gradient within 1e-4 of the reference,
   relative to its largest element.
 - --dump writes initial parameters, the first batch and the first gradients as readable .npy files.
 - Every bad input exits with status 2, prints one line naming the flag, and writes no results file.
@@ -200,6 +200,7 @@ def model_vs_pytorch(model):
 
 def test_model_vs_pytorch():
     model_vs_pytorch("resnet-tiny")
+    model_vs_pytorch("resnet18")
     fix, d = model_vs_pytorch("bert-tiny")
     if fix is None:
         return

@@ -7,20 +7,34 @@
 #include <string.h>
 #include "cpu.h"
 
-/* col (c*r*s, p*q) of one image x (c, h, w). */
+/* The output columns q in [*q0, *q1) whose input column q * stride - pad + s lies inside the image. */
+static void valid_cols(const tfb_conv_desc *d, int s, int *q0, int *q1) {
+    int lo = d->pad - s, hi = d->w - 1 + d->pad - s; /* need lo <= q * stride <= hi */
+    *q0 = lo > 0 ? (lo + d->stride - 1) / d->stride : 0;
+    *q1 = hi < 0 ? 0 : hi / d->stride + 1;
+    if (*q1 > d->q) *q1 = d->q;
+    if (*q0 > *q1) *q0 = *q1;
+}
+
+/* col (c*r*s, p*q) of one image x (c, h, w): each row is one (channel, kernel offset) shifted copy of the image. */
 static void im2col(float *col, const float *x, const tfb_conv_desc *d) {
     int pq = d->p * d->q;
 #pragma omp parallel for schedule(static)
     for (int row = 0; row < d->c * d->r * d->s; row++) {
-        int c = row / (d->r * d->s), r = row / d->s % d->r, s = row % d->s;
+        int c = row / (d->r * d->s), r = row / d->s % d->r, s = row % d->s, q0, q1;
         const float *plane = x + (size_t)c * d->h * d->w;
         float *out = col + (size_t)row * pq;
+        valid_cols(d, s, &q0, &q1);
         for (int p = 0; p < d->p; p++) {
             int ih = p * d->stride - d->pad + r;
-            for (int q = 0; q < d->q; q++) {
-                int iw = q * d->stride - d->pad + s;
-                out[p * d->q + q] = ih >= 0 && ih < d->h && iw >= 0 && iw < d->w ? plane[ih * d->w + iw] : 0.0f;
-            }
+            float *o = out + (size_t)p * d->q;
+            if (ih < 0 || ih >= d->h) { memset(o, 0, (size_t)d->q * sizeof(float)); continue; }
+            const float *in = plane + (size_t)ih * d->w; /* column of output q: q * stride + s - pad */
+            int shift = s - d->pad;
+            for (int q = 0; q < q0; q++) o[q] = 0.0f;
+            if (d->stride == 1 && q1 > q0) memcpy(o + q0, in + q0 + shift, (size_t)(q1 - q0) * sizeof(float));
+            else for (int q = q0; q < q1; q++) o[q] = in[q * d->stride + shift];
+            for (int q = q1; q < d->q; q++) o[q] = 0.0f;
         }
     }
 }
@@ -35,13 +49,15 @@ static void col2im(float *dx, const float *col, const tfb_conv_desc *d) {
         for (int r = 0; r < d->r; r++)
             for (int s = 0; s < d->s; s++) {
                 const float *in = col + (size_t)((c * d->r + r) * d->s + s) * pq;
+                int q0, q1;
+                valid_cols(d, s, &q0, &q1);
                 for (int p = 0; p < d->p; p++) {
                     int ih = p * d->stride - d->pad + r;
                     if (ih < 0 || ih >= d->h) continue;
-                    for (int q = 0; q < d->q; q++) {
-                        int iw = q * d->stride - d->pad + s;
-                        if (iw >= 0 && iw < d->w) plane[ih * d->w + iw] += in[p * d->q + q];
-                    }
+                    float *o = plane + (size_t)ih * d->w;
+                    const float *g = in + (size_t)p * d->q;
+                    int shift = s - d->pad;
+                    for (int q = q0; q < q1; q++) o[q * d->stride + shift] += g[q];
                 }
             }
     }
