@@ -224,7 +224,8 @@ static void plan_batch(tfb_mempool *p, bert_batch *b, int N, int M, int B) {
 
 /* ---- initialisation: N(0, 0.02) for matrices and embeddings, zero biases, LayerNorm gamma 1 (BERT) ---- */
 
-static void init_tensor(float *x, const tfb_param_info *p, int index, uint64_t seed) {
+static void init_tensor(float *x, const tfb_param_info *p, int index, const void *ctx) {
+    uint64_t seed = *(const uint64_t *)ctx;
     int is_gamma = strstr(p->name, "gamma") != NULL;
     tfb_philox_key k = tfb_philox_key_make(seed, STREAM_INIT + 16u * (uint32_t)index);
     for (size_t i = 0; i < p->numel; i += 2) {
@@ -237,15 +238,6 @@ static void init_tensor(float *x, const tfb_param_info *p, int index, uint64_t s
     }
 }
 
-static tfb_status init_params(bert_model *m) {
-    float *host = malloc(m->wl.numel * sizeof(float));
-    TFB_CHECK_ALLOC(host);
-    for (int i = 0; i < m->wl.n_params; i++)
-        init_tensor(host + m->wl.params[i].offset, &m->wl.params[i], i, m->wc.seed);
-    tfb_status st = m->be->copy_h2d(m->be->ctx, m->wl.param_pool, host, m->wl.numel * sizeof(float));
-    free(host);
-    return st;
-}
 
 /* ---- synthetic data: a pure function of (seed, global sample index) ---- */
 
@@ -493,7 +485,7 @@ tfb_status bert_create(const bert_config *c, const tfb_workload_config *wc, tfb_
     tfb_status st = m->w.layer && m->g.layer && m->a.layer ? plan_all(m) : TFB_ERR_NOMEM;
     if (st == TFB_OK) st = bind_params(m);
     m->ctx.master_base = m->wl.param_pool;
-    if (st == TFB_OK) st = init_params(m);
+    if (st == TFB_OK) st = tfb_workload_init_params(&m->wl, be, init_tensor, &m->wc.seed);
     if (st == TFB_OK) st = bert_refresh_lowp(m);
     fill_workload(m);
     if (st != TFB_OK) { bert_destroy(m); return st; }

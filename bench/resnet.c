@@ -291,7 +291,10 @@ static void bind_all(resnet_model *m) {
 
 /* ---- initialisation: He normal (fan in) for convolutions, BN gamma 1 beta 0, FC uniform(+-1/sqrt(fan in)) ---- */
 
-static void init_tensor(float *x, const tfb_param_info *p, int index, uint64_t seed, int fc_feat) {
+static void init_tensor(float *x, const tfb_param_info *p, int index, const void *ctx) {
+    const resnet_model *m = ctx;
+    uint64_t seed = m->wc.seed;
+    int fc_feat = m->feat;
     tfb_philox_key k = tfb_philox_key_make(seed, STREAM_INIT + 16u * (uint32_t)index);
     int is_gamma = strstr(p->name, "gamma") != NULL, is_fc = strncmp(p->name, "fc.", 3) == 0;
     float std = sqrtf(2.0f / (float)p->cols); /* cols = c * r * s: the fan in */
@@ -306,15 +309,6 @@ static void init_tensor(float *x, const tfb_param_info *p, int index, uint64_t s
     }
 }
 
-static tfb_status init_params(resnet_model *m) {
-    float *host = malloc(m->wl.numel * sizeof(float));
-    TFB_CHECK_ALLOC(host);
-    for (int i = 0; i < m->wl.n_params; i++)
-        init_tensor(host + m->wl.params[i].offset, &m->wl.params[i], i, m->wc.seed, m->feat);
-    tfb_status st = m->be->copy_h2d(m->be->ctx, m->wl.param_pool, host, m->wl.numel * sizeof(float));
-    free(host);
-    return st;
-}
 
 /* Running statistics start at mean 0, variance 1 (PyTorch's convention). */
 static tfb_status init_running(resnet_model *m) {
@@ -639,7 +633,7 @@ tfb_status resnet_create(const resnet_config *c, const tfb_workload_config *wc, 
     fill_workload(m);
     if (st == TFB_OK) {
         bind_all(m);
-        st = init_params(m);
+        st = tfb_workload_init_params(&m->wl, be, init_tensor, m);
     }
     if (st == TFB_OK) st = init_running(m);
     if (st == TFB_OK) st = resnet_refresh_lowp(m);

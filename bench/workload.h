@@ -42,6 +42,8 @@ typedef struct {
 } tfb_workload_config;
 
 typedef struct tfb_workload tfb_workload;
+/* Fills host x (p->numel) with the initial values of parameter number `index`. */
+typedef void (*tfb_param_init_fn)(float *x, const tfb_param_info *p, int index, const void *ctx);
 struct tfb_workload {
     void *self;
     const tfb_param_info *params;  /* [n_params], in pool order (forward order) */
@@ -63,5 +65,8 @@ struct tfb_workload {
     tfb_status (*dump_batch)(void *self, const char *dir);           /* inputs of the current batch as .npy */
     void (*destroy)(void *self);
 };
+
+/* workload.c: every parameter initialised on the host by `init`, then uploaded to the parameter pool in one copy. */
+tfb_status tfb_workload_init_params(tfb_workload *wl, tfb_backend *be, tfb_param_init_fn init, const void *ctx);
 
 #endif

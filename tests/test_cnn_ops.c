@@ -8,43 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "fd.h"
 #include "../kernels/backend.h"
 
 static tfb_backend *be;
-static unsigned rng_state = 777u;
-
-static float frand(void) {
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return (float)(rng_state >> 8) / 8388608.0f - 1.0f;
-}
-static float *rand_vec(size_t n) {
-    float *x = malloc(n * sizeof *x);
-    for (size_t i = 0; i < n; i++) x[i] = frand();
-    return x;
-}
-static double dot(const float *a, const float *b, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return s;
-}
-typedef double (*scalar_fn)(void *ctx);
-static double fd_error(float *x, size_t n, const float *g, scalar_fn f, void *ctx) {
-    const float h = 1e-2f;
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        float save = x[i];
-        x[i] = save + h;
-        double fp = f(ctx);
-        x[i] = save - h;
-        double fm = f(ctx);
-        x[i] = save;
-        double d = (fp - fm) / (2 * h);
-        num += (d - g[i]) * (d - g[i]);
-        den += (double)g[i] * g[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-#define FD_TOL 5e-3
 
 /* ---- convolution ---- */
 typedef struct { tfb_conv_desc d; float *x, *w, *y, *r; } conv_case;
