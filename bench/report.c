@@ -37,4 +37,5 @@ void tfb_report_print(FILE *f, const tfb_run_record *r) {
     fprintf(f, "| %-26s | %15s | %-44s |\n", "params identical", r->params_identical ? "yes" : "NO", "checksum of FP32 master weights, all ranks");
     if (r->loss_scaled)
         fprintf(f, "| %-26s | %15d | final loss scale %-27g |\n", "skipped FP16 steps", r->skipped_steps, r->loss_scale_final);
+    fprintf(f, "FLOPs: %s\n", r->flops_convention);
 }

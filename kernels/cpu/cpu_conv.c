@@ -16,14 +16,14 @@ static void valid_cols(const tfb_conv_desc *d, int s, int *q0, int *q1) {
     if (*q0 > *q1) *q0 = *q1;
 }
 
-/* col (c*r*s, p*q) of one image x (c, h, w): each row is one (channel, kernel offset) shifted copy of the image. */
-static void im2col(float *col, const float *x, const tfb_conv_desc *d) {
-    int pq = d->p * d->q;
+/* col (c*r*s, p*q), rows ld apart, of one image x (c, h, w): each row is one (channel, kernel offset) shifted copy
+ * of the image. */
+static void im2col(float *col, size_t ld, const float *x, const tfb_conv_desc *d) {
 #pragma omp parallel for schedule(static)
     for (int row = 0; row < d->c * d->r * d->s; row++) {
         int c = row / (d->r * d->s), r = row / d->s % d->r, s = row % d->s, q0, q1;
         const float *plane = x + (size_t)c * d->h * d->w;
-        float *out = col + (size_t)row * pq;
+        float *out = col + (size_t)row * ld;
         valid_cols(d, s, &q0, &q1);
         for (int p = 0; p < d->p; p++) {
             int ih = p * d->stride - d->pad + r;
@@ -39,16 +39,15 @@ static void im2col(float *col, const float *x, const tfb_conv_desc *d) {
     }
 }
 
-/* dx (c, h, w) of one image = scatter-add of dcol (c*r*s, p*q); each thread owns whole channels. */
-static void col2im(float *dx, const float *col, const tfb_conv_desc *d) {
-    int pq = d->p * d->q;
+/* dx (c, h, w) of one image = scatter-add of dcol (c*r*s, p*q), rows ld apart; each thread owns whole channels. */
+static void col2im(float *dx, const float *col, size_t ld, const tfb_conv_desc *d) {
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < d->c; c++) {
         float *plane = dx + (size_t)c * d->h * d->w;
         memset(plane, 0, (size_t)d->h * d->w * sizeof(float));
         for (int r = 0; r < d->r; r++)
             for (int s = 0; s < d->s; s++) {
-                const float *in = col + (size_t)((c * d->r + r) * d->s + s) * pq;
+                const float *in = col + (size_t)((c * d->r + r) * d->s + s) * ld;
                 int q0, q1;
                 valid_cols(d, s, &q0, &q1);
                 for (int p = 0; p < d->p; p++) {
@@ -71,20 +70,62 @@ static size_t x_elems(const tfb_conv_desc *d) { return (size_t)d->n * d->c * d->
 static size_t y_elems(const tfb_conv_desc *d) { return (size_t)d->n * d->k * d->p * d->q; }
 static size_t w_elems(const tfb_conv_desc *d) { return (size_t)d->k * d->c * d->r * d->s; }
 
+/* Images per GEMM: enough for about 2048 output columns, so late layers with small images still get wide GEMMs. */
+static int conv_group(const tfb_conv_desc *d) {
+    int pq = d->p * d->q, g = (2048 + pq - 1) / pq;
+    return g < d->n ? g : d->n;
+}
+
+/* dst (rows, g*pq) from g consecutive images src (rows, pq) each; back again when to_images. */
+static void group_copy(float *grouped, float *images, int rows, int pq, int g, int to_images) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int j = 0; j < g; j++)
+        for (int r = 0; r < rows; r++) {
+            float *a = grouped + (size_t)r * g * pq + (size_t)j * pq, *b = images + ((size_t)j * rows + r) * pq;
+            memcpy(to_images ? b : a, to_images ? a : b, (size_t)pq * sizeof(float));
+        }
+}
+
+/* The (c*r*s, g*pq) GEMM operand of images i0 .. i0+g-1: x itself for one image of a pointwise convolution. */
+static const float *conv_columns(void *ctx, const tfb_conv_desc *d, const float *x, int i0, int g) {
+    int crs = d->c * d->r * d->s, pq = d->p * d->q;
+    const float *xi = x + (size_t)i0 * d->c * d->h * d->w;
+    if (g == 1 && conv_is_pointwise(d)) return xi;
+    float *col = tfb_cpu_scratch(ctx, TFB_CPU_SLOT_COL, (size_t)crs * g * pq);
+    if (!col) return NULL;
+    if (conv_is_pointwise(d)) group_copy(col, (float *)xi, d->c, pq, g, 0);
+    else
+        for (int j = 0; j < g; j++) im2col(col + (size_t)j * pq, (size_t)g * pq, xi + (size_t)j * d->c * d->h * d->w, d);
+    return col;
+}
+
 static tfb_status cpu_conv_fwd(void *ctx, const tfb_conv_desc *d, float *y, const void *x16, const void *w16) {
     if (d->layout != TFB_NCHW) return TFB_ERR_ARG;
     const float *x = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_X, x16, d->in_type, x_elems(d));
     const float *w = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_W, w16, d->in_type, w_elems(d));
-    int crs = d->c * d->r * d->s, pq = d->p * d->q;
-    float *col = conv_is_pointwise(d) ? NULL : tfb_cpu_scratch(ctx, TFB_CPU_SLOT_COL, (size_t)crs * pq);
-    if (!x || !w || (!col && !conv_is_pointwise(d))) return TFB_ERR_NOMEM;
-    for (int i = 0; i < d->n; i++) {
-        const float *xi = x + (size_t)i * d->c * d->h * d->w;
-        if (col) im2col(col, xi, d);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->k, pq, crs, 1.0f, w, crs, col ? col : xi, pq,
-                    0.0f, y + (size_t)i * d->k * pq, pq);
+    int crs = d->c * d->r * d->s, pq = d->p * d->q, G = conv_group(d);
+    if (!x || !w) return TFB_ERR_NOMEM;
+    for (int i0 = 0; i0 < d->n; i0 += G) {
+        int g = d->n - i0 < G ? d->n - i0 : G;
+        const float *col = conv_columns(ctx, d, x, i0, g);
+        float *yi = y + (size_t)i0 * d->k * pq;
+        float *out = g == 1 ? yi : tfb_cpu_scratch(ctx, TFB_CPU_SLOT_GROUP, (size_t)d->k * g * pq);
+        if (!col || !out) return TFB_ERR_NOMEM;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d->k, g * pq, crs, 1.0f, w, crs, col, g * pq, 0.0f,
+                    out, g * pq);
+        if (g > 1) group_copy(out, yi, d->k, pq, g, 1);
     }
     return TFB_OK;
+}
+
+/* dy of images i0 .. i0+g-1 as one (k, g*pq) operand. */
+static const float *conv_dy_group(void *ctx, const tfb_conv_desc *d, const float *dy, int i0, int g) {
+    int pq = d->p * d->q;
+    float *dyi = (float *)dy + (size_t)i0 * d->k * pq;
+    if (g == 1) return dyi;
+    float *buf = tfb_cpu_scratch(ctx, TFB_CPU_SLOT_GROUP, (size_t)d->k * g * pq);
+    if (buf) group_copy(buf, dyi, d->k, pq, g, 0);
+    return buf;
 }
 
 static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, float *dx, const void *dy16,
@@ -92,14 +133,20 @@ static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, float *dx
     if (d->layout != TFB_NCHW) return TFB_ERR_ARG;
     const float *dy = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_DY, dy16, d->in_type, y_elems(d));
     const float *w = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_W, w16, d->in_type, w_elems(d));
-    int crs = d->c * d->r * d->s, pq = d->p * d->q;
-    float *col = conv_is_pointwise(d) ? NULL : tfb_cpu_scratch(ctx, TFB_CPU_SLOT_COL, (size_t)crs * pq);
-    if (!dy || !w || (!col && !conv_is_pointwise(d))) return TFB_ERR_NOMEM;
-    for (int i = 0; i < d->n; i++) {
-        float *dxi = dx + (size_t)i * d->c * d->h * d->w;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, pq, d->k, 1.0f, w, crs,
-                    dy + (size_t)i * d->k * pq, pq, 0.0f, col ? col : dxi, pq);
-        if (col) col2im(dxi, col, d);
+    int crs = d->c * d->r * d->s, pq = d->p * d->q, G = conv_group(d), pointwise = conv_is_pointwise(d);
+    size_t img = (size_t)d->c * d->h * d->w;
+    if (!dy || !w) return TFB_ERR_NOMEM;
+    for (int i0 = 0; i0 < d->n; i0 += G) {
+        int g = d->n - i0 < G ? d->n - i0 : G;
+        const float *dyg = conv_dy_group(ctx, d, dy, i0, g);
+        float *dxi = dx + (size_t)i0 * img;
+        float *dcol = g == 1 && pointwise ? dxi : tfb_cpu_scratch(ctx, TFB_CPU_SLOT_COL, (size_t)crs * g * pq);
+        if (!dyg || !dcol) return TFB_ERR_NOMEM;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, g * pq, d->k, 1.0f, w, crs, dyg, g * pq, 0.0f,
+                    dcol, g * pq);
+        if (pointwise && g > 1) group_copy(dcol, dxi, d->c, pq, g, 1);
+        if (!pointwise)
+            for (int j = 0; j < g; j++) col2im(dxi + (size_t)j * img, dcol + (size_t)j * pq, (size_t)g * pq, d);
     }
     return TFB_OK;
 }
@@ -109,14 +156,15 @@ static tfb_status cpu_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *
     if (d->layout != TFB_NCHW) return TFB_ERR_ARG;
     const float *x = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_X, x16, d->in_type, x_elems(d));
     const float *dy = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_DY, dy16, d->in_type, y_elems(d));
-    int crs = d->c * d->r * d->s, pq = d->p * d->q;
-    float *col = conv_is_pointwise(d) ? NULL : tfb_cpu_scratch(ctx, TFB_CPU_SLOT_COL, (size_t)crs * pq);
-    if (!x || !dy || (!col && !conv_is_pointwise(d))) return TFB_ERR_NOMEM;
-    for (int i = 0; i < d->n; i++) {
-        const float *xi = x + (size_t)i * d->c * d->h * d->w;
-        if (col) im2col(col, xi, d);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->k, crs, pq, 1.0f, dy + (size_t)i * d->k * pq, pq,
-                    col ? col : xi, pq, 1.0f, dw, crs);
+    int crs = d->c * d->r * d->s, pq = d->p * d->q, G = conv_group(d);
+    if (!x || !dy) return TFB_ERR_NOMEM;
+    for (int i0 = 0; i0 < d->n; i0 += G) {
+        int g = d->n - i0 < G ? d->n - i0 : G;
+        const float *col = conv_columns(ctx, d, x, i0, g);
+        const float *dyg = conv_dy_group(ctx, d, dy, i0, g);
+        if (!col || !dyg) return TFB_ERR_NOMEM;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d->k, crs, g * pq, 1.0f, dyg, g * pq, col, g * pq,
+                    1.0f, dw, crs);
     }
     return TFB_OK;
 }
