@@ -336,7 +336,7 @@ static tfb_status bert_forward(void *self, int step, double *loss) {
 /* ---- backward ---- */
 
 /* MLM and NSP heads: leaves dL/dy of the last layer in a->dy. */
-static tfb_status heads_bwd(bert_model *m, const float *y, float loss_scale) {
+static tfb_status heads_bwd(bert_model *m, float loss_scale) {
     tfb_backend *be = m->be;
     bert_ctx *c = &m->ctx;
     bert_acts *a = &m->a;
@@ -353,7 +353,6 @@ static tfb_status heads_bwd(bert_model *m, const float *y, float loss_scale) {
     TFB_CHECK(bert_linear_bwd(c, a->db1, m->g.nsp_w, m->g.nsp_b, a->nsp_logits, a->pooled, m->w.nsp_w, B, H, 2));
     TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_TANH, a->db1, a->db1, a->pool_pre, (size_t)B * H));
     TFB_CHECK(bert_linear_bwd(c, a->db2, m->g.pool_w, m->g.pool_b, a->db1, a->cls, m->w.pool_w, B, H, H));
-    (void)y;
     return be->embedding_bwd(be->ctx, a->dy, a->db2, m->dev.cls_rows, B, H);
 }
 
@@ -377,7 +376,7 @@ static tfb_status bert_backward(void *self, int step, float loss_scale, tfb_grad
     int L = m->cfg.layers;
     m->ctx.step = step;
     TFB_CHECK(m->be->fill(m->be->ctx, m->wl.grad_pool, 0.0f, m->wl.numel));
-    TFB_CHECK(heads_bwd(m, m->a.layer[L - 1].y, loss_scale));
+    TFB_CHECK(heads_bwd(m, loss_scale));
     TFB_CHECK(ready(rctx, offset_of(m, m->g.pool_w)));
     for (int l = L - 1; l >= 0; l--) {
         const float *x = l ? m->a.layer[l - 1].y : m->a.x0;

@@ -267,7 +267,17 @@ static void plan_acts(resnet_model *m) {
         for (int i = 0; i < 2; i++) tfb_mempool_add(a, &m->lp[i], m->max_act * 2);
 }
 
-static void bind_unit(resnet_model *m, rn_unit *u) {
+/* Calls fn on every unit in forward order: the stem, then each block's units and its projection. */
+static void each_unit(resnet_model *m, void (*fn)(resnet_model *m, rn_unit *u, void *ctx), void *ctx) {
+    fn(m, &m->stem, ctx);
+    for (int b = 0; b < m->n_blocks; b++) {
+        for (int i = 0; i < m->blocks[b].n_units; i++) fn(m, &m->blocks[b].u[i], ctx);
+        if (m->blocks[b].has_proj) fn(m, &m->blocks[b].proj, ctx);
+    }
+}
+
+static void bind_unit(resnet_model *m, rn_unit *u, void *ctx) {
+    (void)ctx;
     u->w = m->wl.param_pool + u->w_off;
     u->gamma = m->wl.param_pool + u->g_off;
     u->beta = m->wl.param_pool + u->b_off;
@@ -278,11 +288,7 @@ static void bind_unit(resnet_model *m, rn_unit *u) {
 }
 
 static void bind_all(resnet_model *m) {
-    bind_unit(m, &m->stem);
-    for (int b = 0; b < m->n_blocks; b++) {
-        for (int i = 0; i < m->blocks[b].n_units; i++) bind_unit(m, &m->blocks[b].u[i]);
-        if (m->blocks[b].has_proj) bind_unit(m, &m->blocks[b].proj);
-    }
+    each_unit(m, bind_unit, NULL);
     m->fc_w = m->wl.param_pool + m->fc_w_off;
     m->fc_b = m->wl.param_pool + m->fc_b_off;
     m->dfc_w = m->wl.grad_pool + m->fc_w_off;
@@ -310,23 +316,17 @@ static void init_tensor(float *x, const tfb_param_info *p, int index, const void
 }
 
 
+static void unit_running_var_one(resnet_model *m, rn_unit *u, void *host) {
+    float *var = (float *)host + (u->run_var - (float *)m->pools[2].base);
+    for (int k = 0; k < u->cd.k; k++) var[k] = 1.0f;
+}
+
 /* Running statistics start at mean 0, variance 1 (PyTorch's convention). */
 static tfb_status init_running(resnet_model *m) {
-    tfb_mempool *p = &m->pools[2];
-    size_t n = p->bytes / 4;
-    float *host = malloc(p->bytes);
+    float *host = calloc(1, m->pools[2].bytes);
     TFB_CHECK_ALLOC(host);
-    for (size_t i = 0; i < n; i++) host[i] = 0.0f;
-    rn_unit *all[256];
-    int na = 0;
-    all[na++] = &m->stem;
-    for (int b = 0; b < m->n_blocks && na < 250; b++) {
-        for (int i = 0; i < m->blocks[b].n_units; i++) all[na++] = &m->blocks[b].u[i];
-        if (m->blocks[b].has_proj) all[na++] = &m->blocks[b].proj;
-    }
-    for (int i = 0; i < na; i++)
-        for (int k = 0; k < all[i]->cd.k; k++) host[(all[i]->run_var - (float *)p->base) + k] = 1.0f;
-    tfb_status st = m->be->copy_h2d(m->be->ctx, p->base, host, p->bytes);
+    each_unit(m, unit_running_var_one, host);
+    tfb_status st = m->be->copy_h2d(m->be->ctx, m->pools[2].base, host, m->pools[2].bytes);
     free(host);
     return st;
 }
