@@ -29,7 +29,7 @@ void tfb_report_print(FILE *f, const tfb_run_record *r) {
     static const char *notes[TFB_N_PHASES] = {"median; includes making the batch", "median; starts bucket all-reduces",
                                                "median; wait for all-reduce after backward", "median; finiteness check + update"};
     for (int p = 0; p < TFB_N_PHASES; p++) ms_row(f, tfb_phase_names[p], s.phase_median[p], notes[p]);
-    fprintf(f, "| %-26s | %15.2f | %-44s |\n", "GFLOP per sample", r->flops_per_sample / 1e9, "convention in the results file");
+    fprintf(f, "| %-26s | %15.2f | %-44s |\n", "GFLOP per sample", r->flops_per_sample / 1e9, "convention below the table");
     fprintf(f, "| %-26s | %15.3f | %-44s |\n", "achieved TFLOP/s", s.achieved_tflops, "throughput x FLOP per sample");
     fprintf(f, "| %-26s | %15.3f | %-44.44s |\n", "peak TFLOP/s (all ranks)", r->peak_tflops, r->peak_source);
     fprintf(f, "| %-26s | %14.1f%% | %-44s |\n", "MFU", isfinite(s.mfu) ? 100 * s.mfu : NAN, "achieved / peak");
