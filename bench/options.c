@@ -45,6 +45,7 @@ static const opt_spec OPTS[] = {
     {"--peak-tflops", OPT_NUM, F(peak_tflops), "0", 0, 1e6, "peak TFLOP/s per rank for MFU (0: measure with SGEMM)"},
     {"--fixed-batch", OPT_FLAG, F(fixed_batch), "0", 0, 0, "reuse the first batch every step"},
     {"--inject-overflow", OPT_INT0, F(inject_overflow), "-1", -1, 1 << 30, "test hook: put an inf into rank 0's gradients at this step"},
+    {"--inject-failure", OPT_INT0, F(inject_failure), "-1", -1, 1 << 30, "test hook: the last rank fails alone at this step"},
     {"--progress", OPT_STR, F(progress), "auto", 0, 0, "auto|on|off: one updating line on stderr (auto: when a terminal)"},
     {"--loss-scale", OPT_NUM, F(loss_scale), "65536", 1, 1e30, "initial FP16 loss scale"},
     {"--loss-scale-window", OPT_INT, F(loss_scale_window), "2000", 1, 1 << 30, "clean FP16 steps before the scale doubles"},

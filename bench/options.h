@@ -31,6 +31,7 @@ typedef struct {
     double peak_tflops;      /* 0: measure */
     int fixed_batch;
     int inject_overflow;     /* test hook: step whose gradients get an inf on rank 0 (-1: never) */
+    int inject_failure;      /* test hook: step at which the last rank fails on its own (-1: never) */
     char progress[8];        /* auto, on, off */
     double loss_scale;
     int loss_scale_window;

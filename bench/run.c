@@ -146,6 +146,10 @@ static tfb_status optimizer_phase(run_ctx *r, int step) {
 /* One training step; ph receives the phase times, *loss this rank's loss. */
 static tfb_status train_step(run_ctx *r, int step, double ph[TFB_N_PHASES], double *loss) {
     tfb_backend *be = r->be;
+    if (step == r->o.inject_failure && r->world->rank == r->world->size - 1) {
+        fprintf(stderr, "tfbench[rank %d]: injected failure at step %d (--inject-failure)\n", r->world->rank, step);
+        return TFB_ERR_IO;
+    }
     double t0 = tfb_clock_s();
     TFB_CHECK(r->wl->load_batch(r->wl->self, step));
     TFB_CHECK(r->wl->forward(r->wl->self, step, loss));

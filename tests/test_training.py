@@ -112,6 +112,18 @@ def test_resnet():
         check(f"resnet_{prec}_loss_within_{tol[prec]}_of_fp32_over_20_steps", 0 < e < tol[prec], f"max rel diff {e:.3g} {p.stderr[-200:]}")
 
 
+def test_rank_failure():
+    out = os.path.join(TMP, "failure.json")
+    cmd = ["mpirun", "-np", "2", BIN] + SMALL + ["--batch", "2", "--steps", "8", "--inject-failure", "3", "--output", out, "--progress", "off"]
+    try:
+        p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
+        ok = p.returncode != 0 and "rank 1 failed" in p.stderr and not os.path.exists(out)
+        detail = f"rc {p.returncode} {p.stderr[-300:]}"
+    except subprocess.TimeoutExpired:
+        ok, detail = False, "the job hung"
+    check("one_rank_failing_alone_ends_the_job_with_a_message", ok, detail)
+
+
 def npy_shape(path):
     with open(path, "rb") as f:
         head = f.read(10)
@@ -238,6 +250,6 @@ def test_bad_input():
     check("help_lists_options_with_defaults", p.returncode == 0 and all(o in p.stdout for o in opts) and "[bert-base]" in p.stdout, p.stdout[:200])
 
 
-for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_dump):
+for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_dump):
     t()
 sys.exit(1 if failures else 0)
