@@ -20,7 +20,7 @@ LIB_SRC := kernels/check.c kernels/registry.c kernels/cpu/cpu_backend.c kernels/
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TESTS   := $(BUILD)/tests/test_ops $(BUILD)/tests/test_cnn_ops $(BUILD)/tests/test_bert_layer $(BUILD)/tests/test_model $(BUILD)/tests/test_comm
 
-.PHONY: all configure deps run test bench clean FORCE
+.PHONY: all configure deps run test sanitize bench clean FORCE
 all: $(BUILD)/tfbench $(TESTS)
 
 # Probing runs on every make; config.h and config.mk change (and trigger rebuilds) only when a result changes.
@@ -60,9 +60,16 @@ test: deps
 $(BUILD)/bench_conv: $(BUILD)/scripts/bench_conv.o $(BUILD)/libtfb.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(CONFIG_LIBS) -lm
 
+# The whole test suite, MPI tests included, against an AddressSanitizer + UndefinedBehaviorSanitizer build.
+# Leak detection is off: the MPI library keeps allocations until exit by design.
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+sanitize: deps
+	@$(MAKE) --no-print-directory BUILD=build-sanitize EXTRA_CFLAGS="$(SAN_FLAGS) -O1" EXTRA_LDFLAGS="$(SAN_FLAGS)" all
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 TFB_BUILD=build-sanitize tests/run.sh
+
 bench: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/bench_conv
 	scripts/bench-cpu.sh
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-sanitize

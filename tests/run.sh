@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Runs every tfbench test (C unit tests, then the end-to-end checks through the command line) from the repository
 # root, counts each "ok"/"FAIL" line they print, and ends with "N passed, N failed". Exit status 1 on any failure.
+# TFB_BUILD names the build folder under test (default build; `make sanitize` uses build-sanitize).
 set -u
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export TFB_BUILD=${TFB_BUILD:-build}
+b=$TFB_BUILD
 log=$(mktemp)
 status=0
-for t in build/tests/test_ops build/tests/test_cnn_ops build/tests/test_bert_layer build/tests/test_model \
-         "mpirun --oversubscribe -np 1 build/tests/test_comm" "mpirun --oversubscribe -np 3 build/tests/test_comm" \
-         "mpirun --oversubscribe -np 4 build/tests/test_comm" "python3 tests/test_training.py"; do
+for t in $b/tests/test_ops $b/tests/test_cnn_ops $b/tests/test_bert_layer $b/tests/test_model \
+         "mpirun --oversubscribe -np 1 $b/tests/test_comm" "mpirun --oversubscribe -np 3 $b/tests/test_comm" \
+         "mpirun --oversubscribe -np 4 $b/tests/test_comm" "python3 tests/test_training.py"; do
     echo "== $t"
     $t 2>&1 | tee -a "$log" || status=1
 done

@@ -15,7 +15,7 @@
 import array, json, os, struct, subprocess, sys, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "build", "tfbench")
+BIN = os.path.join(ROOT, os.environ.get("TFB_BUILD", "build"), "tfbench")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
 TMP = tempfile.mkdtemp(prefix="tfbench-test-")
 failures = 0
