@@ -32,6 +32,9 @@ typedef struct {
     int fixed_batch;
     int inject_overflow;     /* test hook: step whose gradients get an inf on rank 0 (-1: never) */
     int inject_failure;      /* test hook: step at which the last rank fails on its own (-1: never) */
+    int inject_nan;          /* test hook: step whose gradients get a NaN on the last rank */
+    int inject_hang;         /* test hook: step at which the last rank stalls */
+    double timeout;          /* seconds without progress before the watchdog ends the job */
     char progress[8];        /* auto, on, off */
     double loss_scale;
     int loss_scale_window;

@@ -23,6 +23,7 @@
 #include "peak.h"
 #include "report.h"
 #include "stats.h"
+#include "watchdog.h"
 #include "../results/results_json.h"
 
 typedef struct {
@@ -122,10 +123,12 @@ static tfb_status measure_peak(run_ctx *r) {
     return TFB_OK;
 }
 
-/* Gradients are finite on every rank (after the test hook, which poisons rank 0 only). */
+/* Gradients are finite on every rank (after the test hooks, which poison one rank only). */
 static tfb_status gradients_finite(run_ctx *r, int step, int *finite) {
     if (step == r->o.inject_overflow && r->world->rank == 0)
         TFB_CHECK(r->be->fill(r->be->ctx, r->wl->grad_pool, INFINITY, 1));
+    if (step == r->o.inject_nan && r->world->rank == r->world->size - 1)
+        TFB_CHECK(r->be->fill(r->be->ctx, r->wl->grad_pool + r->wl->numel / 2, NAN, 1));
     TFB_CHECK(r->be->check_finite(r->be->ctx, r->wl->grad_pool, r->wl->numel, finite));
     return r->world->allreduce(r->world, finite, 1, TFB_COMM_I32, TFB_MIN);
 }
@@ -143,23 +146,45 @@ static tfb_status optimizer_phase(run_ctx *r, int step) {
     return tfb_optim_step(&r->opt, (float)(1.0 / (r->scaler.scale * r->world->size)));
 }
 
-/* One training step; ph receives the phase times, *loss this rank's loss. */
-static tfb_status train_step(run_ctx *r, int step, double ph[TFB_N_PHASES], double *loss) {
-    tfb_backend *be = r->be;
-    if (step == r->o.inject_failure && r->world->rank == r->world->size - 1) {
+/* Test hooks that make the last rank fail, stall or exit at a step (--inject-failure, --inject-hang and the
+ * TFB_TEST_EXIT_STEP environment variable). */
+static tfb_status inject_faults(run_ctx *r, int step) {
+    if (r->world->rank != r->world->size - 1) return TFB_OK;
+    const char *exit_step = getenv("TFB_TEST_EXIT_STEP");
+    if (exit_step && atoi(exit_step) == step) {
+        fprintf(stderr, "tfbench[rank %d]: exiting at step %d (TFB_TEST_EXIT_STEP)\n", r->world->rank, step);
+        fflush(stderr);
+        _exit(3);
+    }
+    if (step == r->o.inject_failure) {
         fprintf(stderr, "tfbench[rank %d]: injected failure at step %d (--inject-failure)\n", r->world->rank, step);
         return TFB_ERR_IO;
     }
+    if (step == r->o.inject_hang) {
+        tfb_watchdog_mark("a stall injected by --inject-hang", step);
+        for (;;) pause();
+    }
+    return TFB_OK;
+}
+
+/* One training step; ph receives the phase times, *loss this rank's loss. */
+static tfb_status train_step(run_ctx *r, int step, double ph[TFB_N_PHASES], double *loss) {
+    tfb_backend *be = r->be;
+    TFB_CHECK(inject_faults(r, step));
     double t0 = tfb_clock_s();
+    tfb_watchdog_mark("forward", step);
     TFB_CHECK(r->wl->load_batch(r->wl->self, step));
     TFB_CHECK(r->wl->forward(r->wl->self, step, loss));
     TFB_CHECK(be->sync(be->ctx));
     double t1 = tfb_clock_s();
+    tfb_watchdog_mark("backward", step);
     TFB_CHECK(r->wl->backward(r->wl->self, step, (float)r->scaler.scale, tfb_ddp_ready, &r->ddp));
     TFB_CHECK(be->sync(be->ctx));
     double t2 = tfb_clock_s();
+    tfb_watchdog_mark("the gradient all-reduce", step);
     TFB_CHECK(tfb_ddp_finish(&r->ddp));
     double t3 = tfb_clock_s();
+    tfb_watchdog_mark("the optimizer (finiteness all-reduce, update)", step);
     TFB_CHECK(optimizer_phase(r, step));
     TFB_CHECK(be->sync(be->ctx));
     double t4 = tfb_clock_s();
@@ -187,6 +212,7 @@ static tfb_status run_steps(run_ctx *r) {
     for (int step = 0; step < total; step++) {
         int timed = step - W, trial = timed >= 0 ? timed / S : -1;
         if (timed >= 0 && timed % S == 0) {
+            tfb_watchdog_mark("the barrier before a timed window", step);
             TFB_CHECK(r->world->barrier(r->world));
             r->rec.window_s[trial] = tfb_clock_s();
         }
@@ -350,12 +376,18 @@ static tfb_status check_windows(run_ctx *r) {
 static tfb_status write_outputs(run_ctx *r) {
     if (r->world->rank != 0) return TFB_OK;
     tfb_report_print(stdout, &r->rec);
-    if (tfb_results_write(r->output, &r->rec, tfb_comm_mpi_library()) != TFB_OK) {
-        fprintf(stderr, "tfbench: could not write results to %s\n", r->output);
-        return TFB_ERR_IO;
+    if (tfb_results_write(r->output, &r->rec, tfb_comm_mpi_library()) == TFB_OK) {
+        printf("results: %s\n", r->output);
+        return TFB_OK;
     }
-    printf("results: %s\n", r->output);
-    return TFB_OK;
+    /* Never lose a finished run: the working directory is the fallback (exit status 1 all the same). */
+    char fallback[64];
+    snprintf(fallback, sizeof fallback, "tfbench-results-%ld.json", (long)getpid());
+    int saved = tfb_results_write(fallback, &r->rec, tfb_comm_mpi_library()) == TFB_OK;
+    fprintf(stderr, "tfbench: could not write results to %s (%s); %s%s\n", r->output,
+            access(r->output, F_OK) == 0 ? "write failed" : "its directory is gone or not writable",
+            saved ? "saved them to ./" : "and the fallback in the working directory failed too", saved ? fallback : "");
+    return TFB_ERR_IO;
 }
 
 static tfb_status run_job(run_ctx *r, int argc, char **argv) {
@@ -368,6 +400,7 @@ static tfb_status run_job(run_ctx *r, int argc, char **argv) {
         return TFB_ERR_ARG;
     }
     tfb_log_device = r->be->name;
+    if (tfb_watchdog_start(r->world->rank, r->o.timeout) != 0) return TFB_ERR_NOMEM;
     fill_record(r, argc, argv);
     TFB_CHECK(measure_peak(r));
     TFB_CHECK(setup_workload(r));
@@ -376,6 +409,7 @@ static tfb_status run_job(run_ctx *r, int argc, char **argv) {
     r->progress = r->world->rank == 0 && (strcmp(r->o.progress, "on") == 0 ||
                                           (strcmp(r->o.progress, "auto") == 0 && isatty(2)));
     TFB_CHECK(run_steps(r));
+    tfb_watchdog_mark("reducing the measurements across ranks", -1);
     TFB_CHECK(reduce_measurements(r));
     TFB_CHECK(check_windows(r));
     fill_results(r);
@@ -407,6 +441,7 @@ int tfb_run_main(int argc, char **argv) {
         if (st == TFB_OK) st = run_job(&r, argc, argv);
         end_if_rank_local(&r, st);
     }
+    tfb_watchdog_stop();
     int code = exit_code(st), worst = code;
     if (r.world->allreduce(r.world, &worst, 1, TFB_COMM_I32, TFB_MAX) != TFB_OK) worst = code ? code : 1;
     tfb_comm_mpi_finalize();

@@ -10,9 +10,13 @@
   (scripts/make-model-fixture.py, scripts/make-resnet-fixture.py): the loss within 1e-6 and every stored gradient within 1e-4 of the reference,
   relative to its largest element.
 - --dump writes initial parameters, the first batch and the first gradients as readable .npy files.
-- Every bad input exits with status 2, prints one line naming the flag, and writes no results file.
+- Every bad input exits with status 2, prints one line naming the flag, and writes no results file; random
+  argument vectors exit with 0 or 2 only.
+- Faults: a rank that fails, exits or is killed ends the job with a message and no results file; a stalled rank
+  is ended by the --timeout watchdog naming each rank's operation; a NaN on one rank is seen by every rank; a
+  results directory removed mid-run leaves the results in a fallback file; concurrent runs never share a file.
 """
-import array, json, os, struct, subprocess, sys, tempfile
+import array, json, os, random, signal, struct, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, os.environ.get("TFB_BUILD", "build"), "tfbench")
@@ -122,6 +126,105 @@ def test_rank_failure():
     except subprocess.TimeoutExpired:
         ok, detail = False, "the job hung"
     check("one_rank_failing_alone_ends_the_job_with_a_message", ok, detail)
+
+
+def wait_for_step(job, step):
+    """Reads the job's progress line (stderr) until it reports `step`; returns what it read."""
+    seen = ""
+    while f"step {step}/" not in seen:
+        ch = job.stderr.read(1)
+        if not ch:
+            break
+        seen += ch
+    return seen
+
+
+def run_job(cmd, cwd=None, timeout=120):
+    try:
+        p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+        return p.returncode, p.stderr
+    except subprocess.TimeoutExpired:
+        return None, "the job hung"
+
+
+def test_faults():
+    fault = ["mpirun", "-np", "2", BIN] + SMALL + ["--batch", "2", "--steps", "8", "--progress", "off"]
+    out = os.path.join(TMP, "hang.json")
+    t0 = time.time()
+    rc, err = run_job(fault + ["--inject-hang", "3", "--timeout", "3", "--output", out])
+    ok = rc not in (None, 0) and "rank 1]: no progress" in err and "stuck in a stall injected" in err \
+        and "rank 0]: no progress" in err and "stuck in the gradient all-reduce" in err and not os.path.exists(out)
+    check("hung_rank_ended_by_watchdog_naming_each_operation", ok and time.time() - t0 < 60, f"rc {rc} {err[-400:]}")
+    out = os.path.join(TMP, "exit.json")
+    env = dict(ENV, TFB_TEST_EXIT_STEP="3")
+    p = subprocess.run(fault + ["--output", out], env=env, capture_output=True, text=True, timeout=120)
+    check("rank_exiting_mid_run_ends_job", p.returncode != 0 and "rank 1]: exiting at step 3" in p.stderr and not os.path.exists(out), f"rc {p.returncode} {p.stderr[-300:]}")
+    out = os.path.join(TMP, "killed.json")
+    job = subprocess.Popen(fault[:-2] + ["--steps", "400", "--progress", "on", "--output", out], env=ENV,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for_step(job, 2)
+    ranks = subprocess.run(["pgrep", "-P", str(job.pid)], capture_output=True, text=True).stdout.split()
+    if ranks:
+        os.kill(int(ranks[-1]), signal.SIGKILL)
+    try:
+        err = job.communicate(timeout=60)[1]
+        ok = job.returncode != 0 and "signal 9" in err and not os.path.exists(out)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        ok, err = False, "the job hung"
+    check("rank_killed_with_sigkill_ends_job_with_message", ok and len(ranks) == 2, f"ranks {ranks} rc {job.returncode} {err[-300:]}")
+    for prec, want in (("fp16", 0), ("fp32", 1)):
+        out = os.path.join(TMP, f"nan_{prec}.json")
+        p = subprocess.run(fault + ["--precision", prec, "--inject-nan", "2", "--output", out], env=ENV, capture_output=True, text=True, timeout=120)
+        if want == 0:
+            r = json.load(open(out)) if p.returncode == 0 else {}
+            ok = p.returncode == 0 and r["checks"]["skipped_steps"] == 1 and r["checks"]["params_identical_across_ranks"]
+        else:
+            ok = p.returncode != 0 and "non-finite gradient at step 2" in p.stderr and not os.path.exists(out)
+        check(f"nan_on_one_rank_seen_by_all_{prec}", ok, f"rc {p.returncode} {p.stderr[-300:]}")
+
+
+def test_results_never_lost():
+    work = os.path.join(TMP, "fallback")
+    os.makedirs(os.path.join(work, "out"))
+    job = subprocess.Popen([BIN] + SMALL + ["--batch", "2", "--steps", "20", "--progress", "on", "--output", os.path.join(work, "out", "r.json")],
+                           env=ENV, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = wait_for_step(job, 2)  # past the start-up check of the output path
+    os.rmdir(os.path.join(work, "out"))
+    err += job.communicate(timeout=300)[1]
+    saved = [f for f in os.listdir(work) if f.startswith("tfbench-results-")]
+    ok = job.returncode == 1 and len(saved) == 1 and f"saved them to ./{saved[0]}" in err \
+        and json.load(open(os.path.join(work, saved[0])))["summary"]["throughput_samples_per_s"] > 0
+    check("results_go_to_fallback_file_when_output_dir_removed", ok, f"rc {job.returncode} {saved} {err[-300:]}")
+    work = os.path.join(TMP, "concurrent")
+    os.makedirs(work)
+    jobs = [subprocess.Popen([BIN] + SMALL + ["--batch", "2", "--steps", "3", "--progress", "off"], env=ENV, cwd=work,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+    codes = [j.wait(timeout=300) for j in jobs]
+    files = os.listdir(os.path.join(work, "results", "runs")) if os.path.isdir(os.path.join(work, "results", "runs")) else []
+    ok = codes == [0, 0] and len(files) == 2 and all(json.load(open(os.path.join(work, "results", "runs", f)))["schema_version"] == 1 for f in files)
+    check("concurrent_runs_write_separate_valid_files", ok, f"codes {codes} files {files}")
+
+
+def test_random_argv():
+    rng = random.Random(20261202)
+    names = ["--model", "--precision", "--batch", "--seq-len", "--masked", "--steps", "--warmup", "--trials", "--scaling",
+             "--bucket-mb", "--dropout", "--lr", "--seed", "--device", "--image-size", "--loss-scale", "--timeout", "--bogus", "--sync-bn", "--fixed-batch"]
+    values = ["", "0", "-1", "1", "2", "3.5", "1e309", "nan", "abc", "bert-tiny", "resnet-tiny", "fp16", "strong", "9999999999", "--steps", "=", "x" * 5000]
+    bad = []
+    for i in range(40):
+        argv = [BIN, "--model", "bert-tiny", "--seq-len", "16", "--batch", "1", "--steps", "1", "--warmup", "0", "--peak-tflops", "1",
+                "--progress", "off", "--output", os.path.join(TMP, f"fuzz{i}.json")]
+        for _ in range(rng.randint(1, 4)):
+            argv.append(rng.choice(names))
+            if rng.random() < 0.8:
+                argv.append(rng.choice(values))
+        if "--image-size" in argv or "resnet-tiny" in argv:
+            argv += ["--image-size", "32", "--batch", "1"]
+        p = subprocess.run(argv, env=ENV, capture_output=True, text=True, timeout=300)
+        if p.returncode not in (0, 2):
+            bad.append((argv[15:], p.returncode, p.stderr[-200:]))
+    check("random_argument_vectors_exit_0_or_2", not bad, str(bad[:3]))
 
 
 def npy_shape(path):
@@ -250,6 +353,6 @@ def test_bad_input():
     check("help_lists_options_with_defaults", p.returncode == 0 and all(o in p.stdout for o in opts) and "[bert-base]" in p.stdout, p.stdout[:200])
 
 
-for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_dump):
+for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_faults, test_results_never_lost, test_random_argv, test_dump):
     t()
 sys.exit(1 if failures else 0)

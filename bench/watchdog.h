@@ -1,0 +1,15 @@
+/* watchdog.h — ends a job that stops making progress. The run driver marks each phase it enters; a helper thread
+ * on every rank wakes once a second and, when no phase has changed for --timeout seconds, prints which operation
+ * this rank is stuck in and ends the process (the launcher then ends the other ranks, whose watchdogs report
+ * their own operation). It never touches MPI: a hung collective cannot block it.
+ */
+#ifndef TFB_WATCHDOG_H
+#define TFB_WATCHDOG_H
+
+/* Starts the thread; timeout_s <= 0 leaves it off. */
+int tfb_watchdog_start(int rank, double timeout_s);
+/* The operation this rank is entering (a string literal) and the step it belongs to. */
+void tfb_watchdog_mark(const char *op, int step);
+void tfb_watchdog_stop(void);
+
+#endif
