@@ -16,25 +16,8 @@
 #include "npy.h"
 #include "../kernels/philox.h"
 
-static const bert_config CONFIGS[] = {
-    {"bert-tiny", 2, 128, 2, 512, 30522, 512, 2},    {"bert-mini", 4, 256, 4, 1024, 30522, 512, 2},
-    {"bert-small", 4, 512, 8, 2048, 30522, 512, 2},  {"bert-medium", 8, 512, 8, 2048, 30522, 512, 2},
-    {"bert-base", 12, 768, 12, 3072, 30522, 512, 2}, {"bert-large", 24, 1024, 16, 4096, 30522, 512, 2},
-};
-#define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
-
 enum { TOK_CLS = 101, TOK_SEP = 102, TOK_MASK = 103, TOK_FIRST_WORD = 999 };
 enum { STREAM_INIT = 1, STREAM_DATA = 2 };
-
-const bert_config *bert_config_find(const char *name) {
-    for (int i = 0; i < N_CONFIGS; i++)
-        if (strcmp(CONFIGS[i].name, name) == 0) return &CONFIGS[i];
-    return NULL;
-}
-
-const char *bert_config_names(void) {
-    return "bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large";
-}
 
 typedef struct {
     float *word_emb;   /* (V, H), also the MLM decoder weight (tied) */

@@ -31,37 +31,48 @@ tfb_status tfb_npy_write_i32(const char *path, const int *data, int rows, int co
     return npy_write(path, data, "<i4", rows, cols);
 }
 
-/* Product of the integers inside "(a, b, ...)" of the shape entry. */
+/* Product of the integers inside "(a, b, ...)" of the shape entry; 0 on anything else or on overflow. */
 static size_t shape_numel(const char *header) {
     const char *p = strstr(header, "'shape':");
     if (!p || !(p = strchr(p, '('))) return 0;
     size_t n = 1;
-    int any = 0;
     for (p++; *p && *p != ')'; p++) {
-        if (*p >= '0' && *p <= '9') { n *= strtoul(p, (char **)&p, 10); any = 1; p--; }
+        if (*p < '0' || *p > '9') continue;
+        char *end;
+        unsigned long long d = strtoull(p, &end, 10);
+        if (d > ((size_t)1 << 40) || (d && n > ((size_t)1 << 40) / d)) return 0; /* absurd or overflowing */
+        n *= (size_t)d;
+        p = end - 1;
     }
-    return any ? n : 1;
+    return *p == ')' ? n : 0;
+}
+
+tfb_status tfb_npy_parse_f32(const void *buf, size_t len, float **data, size_t *numel) {
+    const unsigned char *b = buf;
+    char header[4096];
+    if (len < 10 || memcmp(b, "\x93NUMPY", 6) != 0 || b[6] != 1) return TFB_ERR_IO;
+    size_t hlen = b[8] | (size_t)b[9] << 8;
+    if (hlen >= sizeof header || 10 + hlen > len) return TFB_ERR_IO;
+    memcpy(header, b + 10, hlen);
+    header[hlen] = '\0';
+    if (!strstr(header, "'<f4'") || !strstr(header, "False")) return TFB_ERR_IO;
+    size_t n = shape_numel(header);
+    if (n == 0 || (len - 10 - hlen) / 4 < n) return TFB_ERR_IO;
+    *data = malloc(n * sizeof(float));
+    if (!*data) return TFB_ERR_NOMEM;
+    memcpy(*data, b + 10 + hlen, n * sizeof(float));
+    *numel = n;
+    return TFB_OK;
 }
 
 tfb_status tfb_npy_read_f32(const char *path, float **data, size_t *numel) {
-    unsigned char pre[10];
-    char header[4096];
     FILE *f = fopen(path, "rb");
     if (!f) return TFB_ERR_IO;
-    size_t hlen = 0;
     tfb_status st = TFB_ERR_IO;
-    if (fread(pre, 1, 10, f) == 10 && memcmp(pre, "\x93NUMPY", 6) == 0 && pre[6] == 1) {
-        hlen = pre[8] | (size_t)pre[9] << 8;
-        if (hlen < sizeof header && fread(header, 1, hlen, f) == hlen) {
-            header[hlen] = '\0';
-            st = strstr(header, "'<f4'") && strstr(header, "False") ? TFB_OK : TFB_ERR_IO;
-        }
-    }
-    if (st == TFB_OK) {
-        *numel = shape_numel(header);
-        *data = malloc(*numel * sizeof(float) + 1);
-        st = *data && fread(*data, 4, *numel, f) == *numel ? TFB_OK : TFB_ERR_IO;
-    }
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    unsigned char *buf = size > 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)size) : NULL;
+    if (buf && fread(buf, 1, (size_t)size, f) == (size_t)size) st = tfb_npy_parse_f32(buf, (size_t)size, data, numel);
+    free(buf);
     fclose(f);
     return st;
 }

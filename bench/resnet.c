@@ -17,23 +17,9 @@
 #include "npy.h"
 #include "../kernels/philox.h"
 
-static const resnet_config CONFIGS[] = {
-    {"resnet50", 7, 2, 64, 1, 1, 4, {3, 4, 6, 3}, {64, 128, 256, 512}, 1000, 224},
-    {"resnet18", 7, 2, 64, 1, 0, 4, {2, 2, 2, 2}, {64, 128, 256, 512}, 1000, 224},
-    {"resnet-tiny", 3, 1, 16, 1, 1, 2, {1, 1}, {16, 32}, 10, 32},
-};
-#define N_CONFIGS ((int)(sizeof CONFIGS / sizeof CONFIGS[0]))
 #define BN_EPS 1e-5f
 #define BN_MOMENTUM 0.1f
 enum { STREAM_INIT = 5, STREAM_DATA = 6 };
-
-const resnet_config *resnet_config_find(const char *name) {
-    for (int i = 0; i < N_CONFIGS; i++)
-        if (strcmp(CONFIGS[i].name, name) == 0) return &CONFIGS[i];
-    return NULL;
-}
-
-const char *resnet_config_names(void) { return "resnet50, resnet18, resnet-tiny"; }
 
 typedef struct {
     tfb_conv_desc cd;          /* shapes for the local batch */
