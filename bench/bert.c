@@ -149,6 +149,7 @@ typedef struct {
     bert_layer_scratch s;
     bert_batch dev, host;         /* the batch in backend memory, and its host copy */
     tfb_mempool pools[3];         /* parameters+gradients, activations, batch */
+    int *perm;                    /* (seq_len) host work space for choosing masked positions */
     int N, M, B;
 } bert_model;
 
@@ -230,7 +231,7 @@ static uint32_t draw(tfb_philox_key k, uint64_t sample, uint32_t j) {
 
 /* Sequence `sample` at row b of the host batch: [CLS] A [SEP] B [SEP], masked positions 80/10/10. */
 static void make_sample(bert_model *m, int b, uint64_t sample) {
-    int s = m->wc.seq_len, P = m->wc.masked, V = m->cfg.vocab;
+    int s = m->wc.seq_len, V = m->cfg.vocab, P = m->wc.masked < s - 1 ? m->wc.masked : s - 1;
     tfb_philox_key k = tfb_philox_key_make(m->wc.seed, STREAM_DATA);
     int *ids = m->host.ids + b * s, *types = m->host.types + b * s;
     int split = s > 4 ? 1 + 1 + (int)(draw(k, sample, 0) % (uint32_t)(s - 3)) : s / 2;
@@ -242,9 +243,9 @@ static void make_sample(bert_model *m, int b, uint64_t sample) {
     ids[0] = TOK_CLS;
     ids[split - 1] = TOK_SEP;
     ids[s - 1] = TOK_SEP;
-    int *perm = malloc((size_t)s * sizeof(int));
+    int *perm = m->perm;
     for (int t = 0; t < s; t++) perm[t] = t;
-    for (int j = 0; j < P; j++) { /* partial Fisher-Yates over positions 1 .. s-1 */
+    for (int j = 0; j < P && s - 1 - j > 0; j++) { /* partial Fisher-Yates over positions 1 .. s-1 */
         int pick = 1 + j + (int)(draw(k, sample, 2048u + (uint32_t)j) % (uint32_t)(s - 1 - j));
         int pos = perm[pick];
         perm[pick] = perm[1 + j];
@@ -255,7 +256,6 @@ static void make_sample(bert_model *m, int b, uint64_t sample) {
         if (r < 8) ids[pos] = TOK_MASK;
         else if (r < 9) ids[pos] = TOK_FIRST_WORD + (int)(draw(k, sample, 1024u + (uint32_t)j) % (uint32_t)(V - TOK_FIRST_WORD));
     }
-    free(perm);
     m->host.cls_rows[b] = b * s;
     m->host.nsp_labels[b] = (int)(draw(k, sample, 1u) & 1u);
 }
@@ -400,6 +400,7 @@ static void bert_destroy(void *self) {
     free(m->w.layer);
     free(m->g.layer);
     free(m->a.layer);
+    free(m->perm);
     free(m);
 }
 
@@ -464,7 +465,8 @@ tfb_status bert_create(const bert_config *c, const tfb_workload_config *wc, tfb_
     m->w.layer = calloc((size_t)c->layers, sizeof(bert_layer_w));
     m->g.layer = calloc((size_t)c->layers, sizeof(bert_layer_w));
     m->a.layer = calloc((size_t)c->layers, sizeof(bert_layer_acts));
-    tfb_status st = m->w.layer && m->g.layer && m->a.layer ? plan_all(m) : TFB_ERR_NOMEM;
+    m->perm = malloc((size_t)wc->seq_len * sizeof(int));
+    tfb_status st = m->w.layer && m->g.layer && m->a.layer && m->perm ? plan_all(m) : TFB_ERR_NOMEM;
     if (st == TFB_OK) st = bind_params(m);
     m->ctx.master_base = m->wl.param_pool;
     if (st == TFB_OK) st = tfb_workload_init_params(&m->wl, be, init_tensor, &m->wc.seed);

@@ -49,6 +49,9 @@ static tfb_status mpi_allreduce(tfb_comm *c, void *buf, size_t n, tfb_comm_type 
     return TFB_OK;
 }
 
+/* The MPI checker follows a request within one function only; here the request is started in mpi_iallreduce and
+ * completed through its handle by mpi_test or mpi_wait. */
+// NOLINTBEGIN(clang-analyzer-optin.mpi.MPI-Checker)
 static tfb_status mpi_iallreduce(tfb_comm *c, void *buf, size_t n, tfb_comm_type t, tfb_comm_op op,
                                  tfb_comm_request **req) {
     if (n > MPI_PIECE) return TFB_ERR_ARG;
@@ -72,6 +75,7 @@ static tfb_status mpi_wait(tfb_comm *c, tfb_comm_request *req) {
     free(req);
     return TFB_OK;
 }
+// NOLINTEND(clang-analyzer-optin.mpi.MPI-Checker)
 
 static tfb_status mpi_allgather(tfb_comm *c, const void *send, void *recv, size_t n, tfb_comm_type t) {
     if (n > MPI_PIECE) return TFB_ERR_ARG;
@@ -131,7 +135,7 @@ static void mpi_destroy(tfb_comm *c) {
 
 static tfb_status comm_wrap(MPI_Comm mc, tfb_comm **out) {
     tfb_comm *c = calloc(1, sizeof *c);
-    MPI_Comm *ctx = malloc(sizeof *ctx);
+    MPI_Comm *ctx = malloc(sizeof(MPI_Comm)); /* MPI_Comm is itself a pointer type in Open MPI */
     if (!c || !ctx) { free(c); free(ctx); return TFB_ERR_NOMEM; }
     int rank = 0, size = 1;
     *ctx = mc;

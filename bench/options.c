@@ -73,9 +73,11 @@ static tfb_status set_number(const opt_spec *s, tfb_options *o, const char *v, c
         return TFB_ERR_ARG;
     }
     char *dst = (char *)o + s->field;
-    if (s->kind == OPT_NUM) *(double *)dst = x;
-    else if (s->size == sizeof(long long)) *(long long *)dst = (long long)x;
-    else *(int *)dst = (int)x;
+    long long ll = (long long)x;
+    int i = (int)x;
+    if (s->kind == OPT_NUM) memcpy(dst, &x, sizeof x);
+    else if (s->size == sizeof ll) memcpy(dst, &ll, sizeof ll);
+    else memcpy(dst, &i, sizeof i);
     return TFB_OK;
 }
 

@@ -173,7 +173,7 @@ static resnet_model *geometry(const resnet_config *c, int image, int v1, rn_layo
     m->image = image;
     m->v1 = v1;
     m->n_blocks = count_blocks(c);
-    m->blocks = calloc((size_t)m->n_blocks, sizeof *m->blocks);
+    m->blocks = m->n_blocks > 0 ? calloc((size_t)m->n_blocks, sizeof *m->blocks) : NULL;
     if (!m->blocks) { free(m); return NULL; }
     build(m, lo);
     return m;
@@ -190,6 +190,7 @@ size_t resnet_param_count(const resnet_config *c) {
 static double geometry_macs(const resnet_config *c, int image, int v1, double *stem) {
     rn_layout lo = {0};
     resnet_model *m = geometry(c, image, v1, &lo);
+    *stem = NAN;
     if (!m) return NAN;
     double macs = unit_macs(&m->stem) + (double)m->feat * c->classes;
     for (int b = 0; b < m->n_blocks; b++) {
@@ -606,7 +607,7 @@ tfb_status resnet_create(const resnet_config *c, const tfb_workload_config *wc, 
     TFB_CHECK_ALLOC(m);
     *m = (resnet_model){.cfg = *c, .wc = *wc, .be = be, .n = wc->local_batch, .image = wc->image_size};
     m->n_blocks = count_blocks(c);
-    m->blocks = calloc((size_t)m->n_blocks, sizeof *m->blocks);
+    m->blocks = m->n_blocks > 0 ? calloc((size_t)m->n_blocks, sizeof *m->blocks) : NULL;
     rn_layout lo = {.table = calloc(2 + 3 * (size_t)(1 + 4 * m->n_blocks), sizeof(tfb_param_info))};
     tfb_status st = m->blocks && lo.table ? TFB_OK : TFB_ERR_NOMEM;
     m->wl.params = lo.table;

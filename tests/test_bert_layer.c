@@ -28,7 +28,10 @@ static float *load(const char *name, size_t want) {
 /* max |got - ref| / max |ref| */
 static double rel_err(const float *got, const float *ref, size_t n) {
     double e = 0, m = 0;
-    for (size_t i = 0; i < n; i++) { e = fmax(e, fabs(got[i] - ref[i])); m = fmax(m, fabs(ref[i])); }
+    for (size_t i = 0; i < n; i++) {
+        e = fmax(e, fabs((double)got[i] - ref[i]));
+        m = fmax(m, fabs((double)ref[i]));
+    }
     return e / (m > 0 ? m : 1);
 }
 

@@ -18,10 +18,10 @@ static void expect_all(const char *name, int ok) {
 }
 
 static void test_collectives(void) {
-    int R = w->size, r = w->rank;
+    int R = w->size, r = w->rank, tri = R * (R - 1) / 2; /* 0 + 1 + ... + (R - 1) */
     float f[3] = {(float)r, 1.0f, (float)-r};
     w->allreduce(w, f, 3, TFB_COMM_F32, TFB_SUM);
-    expect_all("comm_allreduce_sum_f32", f[0] == R * (R - 1) / 2.0f && f[1] == (float)R);
+    expect_all("comm_allreduce_sum_f32", f[0] == (float)tri && f[1] == (float)R);
     double d = r;
     w->allreduce(w, &d, 1, TFB_COMM_F64, TFB_MAX);
     expect_all("comm_allreduce_max_f64", d == R - 1);
@@ -32,7 +32,7 @@ static void test_collectives(void) {
     w->iallreduce(w, big, 5000, TFB_COMM_F32, TFB_SUM, &req);
     while (!done && polls++ < 10000000) w->test(w, req, &done);
     int ok = done;
-    for (int i = 0; i < 5000; i++) ok &= big[i] == (float)(R * i + R * (R - 1) / 2);
+    for (int i = 0; i < 5000; i++) ok &= big[i] == (float)(R * i + tri);
     expect_all("comm_iallreduce_completes_by_test", ok);
     int mine[2] = {r, 10 * r}, all[64];
     w->allgather(w, mine, all, 2, TFB_COMM_I32);
@@ -42,8 +42,8 @@ static void test_collectives(void) {
     float send[64], recv[2];
     for (int i = 0; i < 2 * R; i++) send[i] = (float)(i + r);
     w->reduce_scatter(w, send, recv, 2, TFB_COMM_F32);
-    expect_all("comm_reduce_scatter_share", recv[0] == (float)(R * 2 * r + R * (R - 1) / 2) &&
-                                                recv[1] == (float)(R * (2 * r + 1) + R * (R - 1) / 2));
+    expect_all("comm_reduce_scatter_share", recv[0] == (float)(R * 2 * r + tri) &&
+                                                recv[1] == (float)(R * (2 * r + 1) + tri));
     double b = r == 0 ? 42.5 : 0;
     w->bcast(w, &b, 1, TFB_COMM_F64, 0);
     expect_all("comm_bcast", b == 42.5);
@@ -85,9 +85,9 @@ static void test_ddp_buckets(void) {
     tfb_ddp_ready(&d, 310);  /* the last three tensors are complete: bucket 0 starts, bucket 1 waits */
     int started_early = w->size == 1 || d.next == 1;
     tfb_ddp_finish(&d);
-    int R = w->size;
+    int R = w->size, sum_1_to_r = R * (R + 1) / 2;
     ok = started_early;
-    for (size_t i = 0; i < off; i++) ok &= g[i] == (float)(R * (R + 1) / 2) * (float)i;
+    for (size_t i = 0; i < off; i++) ok &= g[i] == (float)sum_1_to_r * (float)i;
     expect_all("ddp_buckets_sum_over_ranks_in_place", ok);
     tfb_ddp_free(&d);
     free(g);

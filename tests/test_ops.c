@@ -135,7 +135,7 @@ static void test_bias(void) {
     double err = 0;
     for (int j = 0; j < h; j++) {
         double s = 0;
-        for (int i = 0; i < n; i++) { s += dy[i * h + j]; err = fmax(err, fabs(x[i * h + j] - b[j])); }
+        for (int i = 0; i < n; i++) { s += dy[i * h + j]; err = fmax(err, fabs((double)x[i * h + j] - b[j])); }
         err = fmax(err, fabs(s - db[j]));
     }
     EXPECT("bias_add_and_grad_vs_loops", err < 1e-5, "max err %g", err);
