@@ -1,4 +1,10 @@
-/* main.c — tfbench's entry point: everything is in the run driver (run.c); this file only owns the process. */
+/* main.c — tfbench's entry point: subcommands that need no MPI (compare) are dispatched here; everything else is
+ * the run driver (run.c). This file only owns the process. */
+#include <string.h>
 #include "run.h"
+#include "../results/compare.h"
 
-int main(int argc, char **argv) { return tfb_run_main(argc, argv); }
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "compare") == 0) return tfb_compare_main(argc - 1, argv + 1);
+    return tfb_run_main(argc, argv);
+}

@@ -73,11 +73,15 @@ static tfb_status set_number(const opt_spec *s, tfb_options *o, const char *v, c
         return TFB_ERR_ARG;
     }
     char *dst = (char *)o + s->field;
-    long long ll = (long long)x;
-    int i = (int)x;
-    if (s->kind == OPT_NUM) memcpy(dst, &x, sizeof x);
-    else if (s->size == sizeof ll) memcpy(dst, &ll, sizeof ll);
-    else memcpy(dst, &i, sizeof i);
+    if (s->kind == OPT_NUM) {
+        memcpy(dst, &x, sizeof x);
+    } else if (s->size == sizeof(long long)) {
+        long long ll = (long long)x; /* converted only for fields of this width: x is in range for them */
+        memcpy(dst, &ll, sizeof ll);
+    } else {
+        int i = (int)x;
+        memcpy(dst, &i, sizeof i);
+    }
     return TFB_OK;
 }
 

@@ -54,3 +54,34 @@ double tfb_ci95_halfwidth(const double *x, size_t n) {
     for (size_t i = 0; i < n; i++) ss += (x[i] - mean) * (x[i] - mean);
     return t975(n - 1) * sqrt(ss / (double)(n - 1)) / sqrt((double)n);
 }
+
+typedef struct { double v; int from_x; } ranked;
+
+static int cmp_ranked(const void *a, const void *b) {
+    double x = ((const ranked *)a)->v, y = ((const ranked *)b)->v;
+    return (x > y) - (x < y);
+}
+
+double tfb_mann_whitney_p(const double *x, size_t n, const double *y, size_t m) {
+    size_t N = n + m;
+    if (n == 0 || m == 0) return NAN;
+    ranked *all = malloc(N * sizeof *all);
+    if (!all) return NAN;
+    for (size_t i = 0; i < n; i++) all[i] = (ranked){x[i], 1};
+    for (size_t j = 0; j < m; j++) all[n + j] = (ranked){y[j], 0};
+    qsort(all, N, sizeof *all, cmp_ranked);
+    double rank_x = 0, ties = 0;
+    for (size_t i = 0; i < N;) {
+        size_t j = i;
+        while (j < N && all[j].v == all[i].v) j++;
+        double t = (double)(j - i), avg = ((double)i + 1 + (double)j) / 2; /* ranks i+1 .. j share their mean */
+        for (size_t k = i; k < j; k++) rank_x += all[k].from_x ? avg : 0;
+        ties += t * t * t - t;
+        i = j;
+    }
+    free(all);
+    double u = rank_x - (double)n * (n + 1) / 2, mean = (double)n * m / 2;
+    double var = (double)n * m / 12 * ((double)N + 1 - ties / ((double)N * (N - 1)));
+    if (var <= 0) return 1.0;
+    return erfc(fabs(u - mean) / sqrt(var) / sqrt(2.0));
+}

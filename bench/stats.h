@@ -16,4 +16,8 @@ double tfb_percentile(const double *x, size_t n, double q);
 /* Half-width of the two-sided 95% confidence interval of the mean of n >= 2 independent values (Student t). */
 double tfb_ci95_halfwidth(const double *x, size_t n);
 
+/* Two-sided p-value of the Mann-Whitney U test that x (n) and y (m) come from the same distribution: normal
+ * approximation with tie correction, no continuity correction. NaN when n or m is 0. */
+double tfb_mann_whitney_p(const double *x, size_t n, const double *y, size_t m);
+
 #endif

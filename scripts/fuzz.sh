@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes tfbench's input handling with libFuzzer (clang): the command-line parser and the .npy reader, each for
+# Fuzzes tfbench's input handling with libFuzzer (clang): the command-line parser, the .npy reader and the
+# results-file reader of `tfbench compare`, each for
 # SECONDS (default 120) under AddressSanitizer and UndefinedBehaviorSanitizer, seeded from tests/fuzz/corpus.
 # Prints executions and crashes per target; a crash leaves its input in build-fuzz/ and fails the script.
 # usage: scripts/fuzz.sh [SECONDS]
@@ -13,16 +14,20 @@ flags=(-g -O1 -std=c11 -D_GNU_SOURCE -DTFB_VERSION='"fuzz"' -I"$out" -fsanitize=
        -fno-sanitize-recover=undefined)
 clang "${flags[@]}" tests/fuzz/fuzz_options.c bench/options.c bench/models.c kernels/check.c -o "$out/fuzz_options" || exit 1
 clang "${flags[@]}" tests/fuzz/fuzz_npy.c bench/npy.c kernels/check.c -o "$out/fuzz_npy" || exit 1
+clang "${flags[@]}" tests/fuzz/fuzz_results.c results/compare.c bench/stats.c kernels/check.c -lcjson -lm \
+    -o "$out/fuzz_results" || exit 1
 status=0
-for t in options npy; do
+for t in options npy results; do
     corpus="$out/corpus_$t"
     mkdir -p "$corpus"
     cp tests/fuzz/corpus/$t/* "$corpus/" 2>/dev/null
     log="$out/fuzz_$t.log"
-    (cd "$out" && ./fuzz_$t -max_total_time="$secs" -print_final_stats=1 "corpus_$t") >"$log" 2>&1
+    rm -f "$out/found_$t"-*
+    (cd "$out" && ./fuzz_$t -max_total_time="$secs" -print_final_stats=1 -artifact_prefix="found_$t-" "corpus_$t") \
+        >"$log" 2>&1
     rc=$?
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
-    crashes=$(ls "$out"/crash-* "$out"/leak-* "$out"/timeout-* 2>/dev/null | wc -l)
+    crashes=$(ls "$out/found_$t"-* 2>/dev/null | wc -l)
     echo "fuzz_$t: ${execs:-0} executions in ${secs}s, exit $rc, crash files $crashes"
     [ "$rc" = 0 ] || { status=1; tail -30 "$log"; }
 done

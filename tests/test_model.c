@@ -44,6 +44,10 @@ static void test_stats(void) {
     double t[3] = {10, 12, 14};
     double hw = tfb_ci95_halfwidth(t, 3); /* t(2) = 4.303, sd 2, n 3 */
     EXPECT("stats_ci95_student_t", fabs(hw - 4.303 * 2 / sqrt(3)) < 1e-9, "got %g", hw);
+    double a[5] = {1, 2, 3, 4, 5}, b[5] = {6, 7, 8, 9, 10}, c[5] = {1, 3, 5, 7, 9}, d[5] = {2, 4, 6, 8, 10};
+    double p_sep = tfb_mann_whitney_p(a, 5, b, 5), p_mix = tfb_mann_whitney_p(c, 5, d, 5);
+    /* separated: U = 0, z = -12.5 / sqrt(25 * 11 / 12) = -2.6112, p = 0.009023; interleaved: U = 10, p = 0.6015 */
+    EXPECT("mann_whitney_p_values", fabs(p_sep - 0.009023) < 2e-6 && fabs(p_mix - 0.6015) < 2e-4, "p %g %g", p_sep, p_mix);
 }
 
 int main(void) {

@@ -16,7 +16,7 @@
   is ended by the --timeout watchdog naming each rank's operation; a NaN on one rank is seen by every rank; a
   results directory removed mid-run leaves the results in a fallback file; concurrent runs never share a file.
 """
-import array, json, os, random, signal, struct, subprocess, sys, tempfile, time
+import array, json, os, random, shutil, signal, struct, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, os.environ.get("TFB_BUILD", "build"), "tfbench")
@@ -206,6 +206,13 @@ def test_results_never_lost():
     check("concurrent_runs_write_separate_valid_files", ok, f"codes {codes} files {files}")
 
 
+def test_fuzz_findings():
+    """Inputs the fuzzers found crashing, kept as tests once fixed."""
+    # a 64-bit option value was also converted to int (undefined behaviour) before the field's width was known
+    p, r = tfbench(SMALL + ["--batch", "1", "--steps", "1", "--seed", "500000000000000"], name="seed64")
+    check("large_seed_accepted_fuzz_finding", r is not None and r["config"]["seed"] == 5e14, p.stderr[-300:])
+
+
 def test_random_argv():
     rng = random.Random(20261202)
     names = ["--model", "--precision", "--batch", "--seq-len", "--masked", "--steps", "--warmup", "--trials", "--scaling",
@@ -225,6 +232,56 @@ def test_random_argv():
         if p.returncode not in (0, 2):
             bad.append((argv[15:], p.returncode, p.stderr[-200:]))
     check("random_argument_vectors_exit_0_or_2", not bad, str(bad[:3]))
+
+
+def compare(*args):
+    p = subprocess.run([BIN, "compare"] + list(args), env=ENV, capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_compare():
+    p, base = tfbench(SMALL + ["--batch", "4", "--steps", "40", "--warmup", "3"], name="cmp_base")
+    if base is None:
+        check("compare_base_run", False, p.stderr[-300:])
+        return
+    path = lambda n: os.path.join(TMP, n + ".json")
+    steps = base["per_step"]["step_time_s"]
+    slow = json.loads(json.dumps(base))  # a 10% slowdown of this run's real per-step times
+    slow["per_step"]["step_time_s"] = [x * 1.1 for x in steps]
+    slow["summary"]["throughput_samples_per_s"] /= 1.1
+    json.dump(slow, open(path("cmp_slow"), "w"))
+    rc, out, err = compare(path("cmp_base"), path("cmp_slow"))
+    check("compare_flags_injected_10pct_slowdown", rc == 1 and "regression" in out and "-9.09%" in out, f"rc {rc} {out} {err}")
+    rerun = json.loads(json.dumps(base))  # the same real step times in another order: noise only
+    shuffled = steps[:]
+    random.Random(7).shuffle(shuffled)
+    rerun["per_step"]["step_time_s"] = shuffled
+    rerun["environment"]["nccl"], rerun["environment"]["driver_nvml"] = "2.23", "560.35"
+    base2 = json.loads(json.dumps(base))
+    base2["environment"]["nccl"], base2["environment"]["driver_nvml"] = "2.21", "550.54"
+    json.dump(rerun, open(path("cmp_rerun"), "w"))
+    json.dump(base2, open(path("cmp_base2"), "w"))
+    rc, out, err = compare(path("cmp_base2"), path("cmp_rerun"))
+    check("compare_noise_only_rerun_unchanged", rc == 0 and "unchanged (within noise)" in out, f"rc {rc} {out} {err}")
+    check("compare_lists_environment_differences", "environment.nccl: 2.21 -> 2.23" in out and "environment.driver_nvml: 550.54 -> 560.35" in out, out)
+    rc, out, err = compare("--format", "csv", path("cmp_base"), path("cmp_slow"))
+    check("compare_csv_format", rc == 1 and "configuration,base_samples_per_s" in out and ",regression" in out, out)
+    other = json.loads(json.dumps(base))
+    other["config"]["precision"] = "bf16"
+    json.dump(other, open(path("cmp_other"), "w"))
+    rc, out, err = compare(path("cmp_base"), path("cmp_other"))
+    rc2, out2, _ = compare("--force", path("cmp_base"), path("cmp_other"))
+    check("compare_refuses_incomparable_runs_unless_forced", rc == 2 and "config.precision: fp32 -> bf16" in err and rc2 == 0, f"{rc} {err} {rc2}")
+    text = open(path("cmp_base")).read()
+    bad = {"truncated": text[: len(text) // 2], "not_json": "hello", "empty": "",
+           "wrong_schema": text.replace('"schema_version":\t1', '"schema_version":\t2').replace('"schema_version": 1', '"schema_version": 2')}
+    for name, content in bad.items():
+        open(path("bad_" + name), "w").write(content)
+    with open(path("bad_huge"), "w") as f:
+        f.truncate(300 << 20)  # sparse: 300 MiB without writing them
+    for name in list(bad) + ["huge", "missing"]:
+        rc, out, err = compare(path("cmp_base"), path("bad_" + name))
+        check(f"compare_bad_file_{name}_exit2", rc == 2 and err.startswith("tfbench compare:") and len(err.splitlines()) == 1, f"rc {rc} {err!r}")
 
 
 def npy_shape(path):
@@ -353,6 +410,10 @@ def test_bad_input():
     check("help_lists_options_with_defaults", p.returncode == 0 and all(o in p.stdout for o in opts) and "[bert-base]" in p.stdout, p.stdout[:200])
 
 
-for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_faults, test_results_never_lost, test_random_argv, test_dump):
+for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
     t()
+if failures:
+    print(f"test files kept in {TMP}")
+else:
+    shutil.rmtree(TMP, ignore_errors=True)
 sys.exit(1 if failures else 0)
