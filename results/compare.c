@@ -145,8 +145,8 @@ static int parse_args(int argc, char **argv, compare_opts *o) {
             }
         } else if (strcmp(argv[i], "--format") == 0 && i + 1 < argc) {
             o->format = argv[++i];
-            if (strcmp(o->format, "text") && strcmp(o->format, "markdown") && strcmp(o->format, "csv") &&
-                strcmp(o->format, "json")) {
+            if (strcmp(o->format, "text") != 0 && strcmp(o->format, "markdown") != 0 &&
+                strcmp(o->format, "csv") != 0 && strcmp(o->format, "json") != 0) {
                 fprintf(stderr, "tfbench compare: --format: unknown format '%s' (text, markdown, csv, json)\n", o->format);
                 return 0;
             }
@@ -182,18 +182,18 @@ static void print_result(FILE *f, const compare_opts *o, const run_file *a, cons
     value_text(cJSON_GetObjectItemCaseSensitive(a->config, "precision"), prec, sizeof prec);
     value_text(cJSON_GetObjectItemCaseSensitive(a->config, "ranks"), ranks, sizeof ranks);
     snprintf(name, sizeof name, "%s %s %s ranks", model, prec, ranks);
-    if (!strcmp(o->format, "csv")) {
+    if (strcmp(o->format, "csv") == 0) {
         fprintf(f, "configuration,base_samples_per_s,new_samples_per_s,change_pct,p_value,verdict\n");
         fprintf(f, "%s,%.6g,%.6g,%.3f,%.3g,%s\n", name, a->throughput, b->throughput, c->change_pct, c->p, c->verdict);
-    } else if (!strcmp(o->format, "json")) {
+    } else if (strcmp(o->format, "json") == 0) {
         fprintf(f, "{\"configuration\": \"%s\", \"base_samples_per_s\": %.6g, \"new_samples_per_s\": %.6g, "
                    "\"change_pct\": %.3f, \"p_value\": %.3g, \"threshold_pct\": %g, \"verdict\": \"%s\"}\n",
                 name, a->throughput, b->throughput, c->change_pct, c->p, o->threshold_pct, c->verdict);
     } else {
-        const char *sep = !strcmp(o->format, "markdown") ? "|" : " ";
+        const char *sep = strcmp(o->format, "markdown") == 0 ? "|" : " ";
         fprintf(f, "%s %-28s %s %14s %s %14s %s %8s %s %8s %s %-28s %s\n", sep, "configuration", sep, "base samples/s",
                 sep, "new samples/s", sep, "change", sep, "p", sep, "verdict", sep);
-        if (!strcmp(o->format, "markdown")) fprintf(f, "|---|---:|---:|---:|---:|---|\n");
+        if (strcmp(o->format, "markdown") == 0) fprintf(f, "|---|---:|---:|---:|---:|---|\n");
         fprintf(f, "%s %-28s %s %14.2f %s %14.2f %s %+7.2f%% %s %8.2g %s %-28s %s\n", sep, name, sep, a->throughput,
                 sep, b->throughput, sep, c->change_pct, sep, c->p, sep, c->verdict, sep);
         fprintf(f, "p: two-sided Mann-Whitney U on the per-step times (%d vs %d steps); beyond noise when p < 0.01 "
