@@ -39,6 +39,7 @@ static const opt_spec OPTS[] = {
     {"--weight-decay", OPT_NUM, F(weight_decay), "-1", -1, 1, "weight decay, not on biases or norms (-1: 0.01 BERT, 1e-4 ResNet)"},
     {"--seed", OPT_INT0, F(seed), "1234", 0, 9.2e18, "seed of initialisation, data and dropout"},
     {"--output", OPT_STR, F(output), "", 0, 0, "results JSON path (default results/runs/tfbench-MODEL-PRECISION-NrR-TIME.json)"},
+    {"--log", OPT_STR, F(log), "", 0, 0, "JSON-lines event log: run start, configuration, steps, trials, run end"},
     {"--dump", OPT_STR, F(dump), "", 0, 0, "directory for .npy dumps of initial parameters, first batch, first gradients"},
     {"--device", OPT_STR, F(device), "auto", 0, 0, "auto|cpu"},
     {"--threads", OPT_INT0, F(threads), "0", 0, 4096, "CPU threads per rank (0: cores available to the rank)"},

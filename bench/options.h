@@ -26,6 +26,7 @@ typedef struct {
     long long seed;
     char output[4096];       /* empty: a name under results/runs/ */
     char dump[4096];         /* empty: no dump */
+    char log[4096];          /* empty: no event log */
     char device[16];
     int threads;             /* 0: cores available to the rank */
     double peak_tflops;      /* 0: measure */

@@ -24,6 +24,7 @@
 #include "report.h"
 #include "stats.h"
 #include "watchdog.h"
+#include "../results/event_log.h"
 #include "../results/results_json.h"
 
 typedef struct {
@@ -37,6 +38,8 @@ typedef struct {
     tfb_run_record rec;
     char output[4096];
     double *local_step, *local_phase[TFB_N_PHASES], *local_loss;
+    double *step_dt, *step_end_unix;  /* every step's (warm-up included) time on this rank and wall-clock end */
+    tfb_event_log *log;               /* --log, rank 0 only */
     int progress;
 } run_ctx;
 
@@ -60,7 +63,8 @@ static tfb_status check_paths(run_ctx *r, char *err, size_t len) {
             snprintf(err, len, "--output: cannot create results/runs/ in the working directory; name a file");
             st = TFB_ERR_ARG;
         }
-        if (st == TFB_OK) st = tfb_results_check_path(r->output, err, len);
+        if (st == TFB_OK) st = tfb_results_check_path("--output", r->output, err, len);
+        if (st == TFB_OK && r->o.log[0]) st = tfb_results_check_path("--log", r->o.log, err, len);
         if (st == TFB_OK && r->o.dump[0] && mkdir(r->o.dump, 0777) != 0 && access(r->o.dump, W_OK) != 0) {
             snprintf(err, len, "--dump: cannot create or write directory %.300s", r->o.dump);
             st = TFB_ERR_ARG;
@@ -206,6 +210,24 @@ static void show_progress(run_ctx *r, int done, int total, double loss, double s
 
 static tfb_status dump_first_step(run_ctx *r);
 
+/* Step events for steps [from, to) and, when trial >= 0, the trial's end: written after its window closed. */
+static void log_steps(run_ctx *r, int from, int to, int trial) {
+    if (!r->log) return;
+    for (int step = from; step < to; step++) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddNumberToObject(f, "step", step);
+        cJSON_AddBoolToObject(f, "timed", step >= r->o.warmup);
+        cJSON_AddNumberToObject(f, "rank0_step_time_s", r->step_dt[step]);
+        cJSON_AddNumberToObject(f, "rank0_loss", r->local_loss[step]);
+        tfb_event_log_emit(r->log, r->step_end_unix[step], "step", f);
+    }
+    if (trial < 0) return;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "trial", trial);
+    cJSON_AddNumberToObject(f, "rank0_window_s", r->rec.window_s[trial]);
+    tfb_event_log_emit(r->log, tfb_event_log_now(), "trial_end", f);
+}
+
 static tfb_status run_steps(run_ctx *r) {
     int W = r->o.warmup, S = r->o.steps, total = W + S * r->o.trials;
     double ph[TFB_N_PHASES];
@@ -219,6 +241,8 @@ static tfb_status run_steps(run_ctx *r) {
         double t0 = tfb_clock_s();
         TFB_CHECK(train_step(r, step, ph, &r->local_loss[step]));
         double dt = tfb_clock_s() - t0;
+        r->step_dt[step] = dt;
+        r->step_end_unix[step] = tfb_event_log_now();
         if (step == 0 && r->o.dump[0]) { /* untimed: a timed window that began at step 0 skips the dump */
             double d0 = tfb_clock_s();
             TFB_CHECK(dump_first_step(r));
@@ -230,7 +254,10 @@ static tfb_status run_steps(run_ctx *r) {
             if (timed % S == S - 1) {
                 TFB_CHECK(r->be->sync(r->be->ctx));
                 r->rec.window_s[trial] = tfb_clock_s() - r->rec.window_s[trial];
+                log_steps(r, W + trial * S, step + 1, trial);
             }
+        } else if (step == W - 1) {
+            log_steps(r, 0, W, -1);
         }
         show_progress(r, step + 1, total, r->local_loss[step], dt);
     }
@@ -317,6 +344,8 @@ static tfb_status alloc_arrays(run_ctx *r) {
     }
     TFB_CHECK_ALLOC(r->rec.param_checksum = calloc(R, sizeof(uint64_t)));
     TFB_CHECK_ALLOC(r->rec.rank_step_s = calloc(R * n, sizeof(double)));
+    TFB_CHECK_ALLOC(r->step_dt = calloc(nl, sizeof(double)));
+    TFB_CHECK_ALLOC(r->step_end_unix = calloc(nl, sizeof(double)));
     return TFB_OK;
 }
 
@@ -390,6 +419,48 @@ static tfb_status write_outputs(run_ctx *r) {
     return TFB_ERR_IO;
 }
 
+static tfb_status open_log(run_ctx *r, int argc, char **argv) {
+    if (!r->o.log[0] || r->world->rank != 0) return TFB_OK;
+    if (tfb_event_log_open(r->o.log, &r->log) != TFB_OK) {
+        fprintf(stderr, "tfbench: --log: cannot write %s\n", r->o.log);
+        return TFB_ERR_IO;
+    }
+    cJSON *f = cJSON_CreateObject(), *args = cJSON_CreateArray();
+    for (int i = 0; i < argc; i++) cJSON_AddItemToArray(args, cJSON_CreateString(argv[i]));
+    cJSON_AddItemToObject(f, "command_line", args);
+    cJSON_AddNumberToObject(f, "ranks", r->world->size);
+    tfb_event_log_emit(r->log, tfb_event_log_now(), "run_start", f);
+    return TFB_OK;
+}
+
+static void log_configuration(run_ctx *r) {
+    if (!r->log) return;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "model", r->o.model);
+    cJSON_AddStringToObject(f, "precision", r->o.precision);
+    cJSON_AddStringToObject(f, "input", r->wl->shape);
+    cJSON_AddNumberToObject(f, "global_batch", r->rec.global_batch);
+    cJSON_AddNumberToObject(f, "parameters", (double)r->wl->numel);
+    cJSON_AddNumberToObject(f, "warmup_steps", r->o.warmup);
+    cJSON_AddNumberToObject(f, "timed_steps_per_trial", r->o.steps);
+    cJSON_AddNumberToObject(f, "trials", r->o.trials);
+    tfb_event_log_emit(r->log, tfb_event_log_now(), "configuration", f);
+}
+
+static void log_run_end(run_ctx *r, tfb_status st) {
+    if (!r->log) return;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "status", st == TFB_OK ? "ok" : "failed");
+    if (st == TFB_OK) {
+        tfb_run_summary s = tfb_record_summarize(&r->rec);
+        cJSON_AddNumberToObject(f, "throughput_samples_per_s", s.throughput);
+        cJSON_AddStringToObject(f, "results", r->output);
+    }
+    tfb_event_log_emit(r->log, tfb_event_log_now(), "run_end", f);
+    tfb_event_log_close(r->log);
+    r->log = NULL;
+}
+
 static tfb_status run_job(run_ctx *r, int argc, char **argv) {
     int local_rank = 0, local_size = 1;
     char why[256];
@@ -402,8 +473,10 @@ static tfb_status run_job(run_ctx *r, int argc, char **argv) {
     tfb_log_device = r->be->name;
     if (tfb_watchdog_start(r->world->rank, r->o.timeout) != 0) return TFB_ERR_NOMEM;
     fill_record(r, argc, argv);
+    TFB_CHECK(open_log(r, argc, argv));
     TFB_CHECK(measure_peak(r));
     TFB_CHECK(setup_workload(r));
+    log_configuration(r);
     if (r->o.dump[0] && r->world->rank == 0) TFB_CHECK(dump_tensors(r, r->wl->param_pool, "param", 1.0));
     TFB_CHECK(alloc_arrays(r));
     r->progress = r->world->rank == 0 && (strcmp(r->o.progress, "on") == 0 ||
@@ -439,6 +512,7 @@ int tfb_run_main(int argc, char **argv) {
         if (st == TFB_OK) st = check_job(&r, err, sizeof err);
         if (st != TFB_OK && r.world->rank == 0 && err[0]) fprintf(stderr, "tfbench: %s\n", err);
         if (st == TFB_OK) st = run_job(&r, argc, argv);
+        log_run_end(&r, st);
         end_if_rank_local(&r, st);
     }
     tfb_watchdog_stop();

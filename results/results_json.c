@@ -18,20 +18,20 @@ static void dir_of(const char *path, char *dir, size_t len) {
     else snprintf(dir, len, "%.*s", (int)(slash - path), path);
 }
 
-tfb_status tfb_results_check_path(const char *path, char *err, size_t len) {
+tfb_status tfb_results_check_path(const char *flag, const char *path, char *err, size_t len) {
     char dir[4096];
     struct stat st;
     dir_of(path, dir, sizeof dir);
     if (path[0] == '\0' || path[strlen(path) - 1] == '/' || (stat(path, &st) == 0 && S_ISDIR(st.st_mode))) {
-        snprintf(err, len, "--output: '%s' is a directory, not a file name", path);
+        snprintf(err, len, "%s: '%s' is a directory, not a file name", flag, path);
         return TFB_ERR_ARG;
     }
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        snprintf(err, len, "--output: directory '%s' does not exist", dir);
+        snprintf(err, len, "%s: directory '%s' does not exist", flag, dir);
         return TFB_ERR_ARG;
     }
     if (access(dir, W_OK) != 0) {
-        snprintf(err, len, "--output: directory '%s' is not writable (%s)", dir, strerror(errno));
+        snprintf(err, len, "%s: directory '%s' is not writable (%s)", flag, dir, strerror(errno));
         return TFB_ERR_ARG;
     }
     return TFB_OK;

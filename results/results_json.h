@@ -11,7 +11,7 @@
 #define TFB_SCHEMA_VERSION 1
 
 /* TFB_ERR_ARG with a message when the file's directory is missing or not writable, or the path is a directory. */
-tfb_status tfb_results_check_path(const char *path, char *err, size_t err_len);
+tfb_status tfb_results_check_path(const char *flag, const char *path, char *err, size_t err_len);
 /* The default path: results/runs/tfbench-MODEL-PRECISION-NrR-YYYYmmdd-HHMMSS.json (directories created). */
 tfb_status tfb_results_default_path(const char *model, const char *precision, int ranks, char *path, size_t len);
 tfb_status tfb_results_write(const char *path, const tfb_run_record *r, const char *mpi_library);

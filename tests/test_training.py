@@ -10,6 +10,7 @@
   (scripts/make-model-fixture.py, scripts/make-resnet-fixture.py): the loss within 1e-6 and every stored gradient within 1e-4 of the reference,
   relative to its largest element.
 - --dump writes initial parameters, the first batch and the first gradients as readable .npy files.
+- --log writes run start, configuration, every step, every trial and the run's end as JSON lines.
 - Every bad input exits with status 2, prints one line naming the flag, and writes no results file; random
   argument vectors exit with 0 or 2 only.
 - Faults: a rank that fails, exits or is killed ends the job with a message and no results file; a stalled rank
@@ -239,6 +240,23 @@ def compare(*args):
     return p.returncode, p.stdout, p.stderr
 
 
+def test_event_log():
+    log = os.path.join(TMP, "events.jsonl")
+    p, r = tfbench(SMALL + ["--batch", "2", "--steps", "3", "--warmup", "2", "--trials", "2", "--log", log], 2, "logged")
+    events = [json.loads(line) for line in open(log)] if os.path.exists(log) else []
+    names = [e["event"] for e in events]
+    times = [e["time_unix_s"] for e in events]
+    ok = r is not None and names[0] == "run_start" and names[1] == "configuration" and names[-1] == "run_end" \
+        and names.count("step") == 2 + 3 * 2 and names.count("trial_end") == 2 and times == sorted(times) \
+        and events[-1]["status"] == "ok" and abs(events[-1]["throughput_samples_per_s"] - r["summary"]["throughput_samples_per_s"]) < 1e-9 \
+        and [e["step"] for e in events if e["event"] == "step"] == list(range(8))
+    check("event_log_run_configuration_steps_trials_end", ok, f"{names} {p.stderr[-200:]}")
+    log2 = os.path.join(TMP, "events_failed.jsonl")
+    p, r = tfbench(SMALL + ["--batch", "2", "--steps", "4", "--inject-nan", "1", "--log", log2], 1, "logged_fail")
+    last = json.loads(open(log2).read().splitlines()[-1]) if os.path.exists(log2) else {}
+    check("event_log_records_failed_run", r is None and last.get("event") == "run_end" and last.get("status") == "failed", str(last))
+
+
 def test_compare():
     p, base = tfbench(SMALL + ["--batch", "4", "--steps", "40", "--warmup", "3"], name="cmp_base")
     if base is None:
@@ -389,7 +407,7 @@ BAD = [
     (["--batch", "0"], "--batch"), (["--batch", "-3"], "--batch"), (["--seq-len", "1024"], "--seq-len"),
     (["--steps", "0"], "--steps"), (["--dropout", "1.5"], "--dropout"), (["--bogus"], "--bogus"),
     (["--batch"], "--batch"), (["--scaling", "strong", "--batch", "3"], "--batch"), (["--masked", "40", "--seq-len", "32"], "--masked"),
-    (["--output", "/nonexistent-dir/x.json"], "--output"), (["--model", "resnet-tiny", "--image-size", "16"], "--image-size"), (["--device", "tpu"], "--device"), (["--bucket-mb", "0"], "--bucket-mb"),
+    (["--output", "/nonexistent-dir/x.json"], "--output"), (["--model", "resnet-tiny", "--image-size", "16"], "--image-size"), (["--log", "/nonexistent-dir/e.jsonl"], "--log"), (["--device", "tpu"], "--device"), (["--bucket-mb", "0"], "--bucket-mb"),
 ]
 
 
@@ -410,7 +428,7 @@ def test_bad_input():
     check("help_lists_options_with_defaults", p.returncode == 0 and all(o in p.stdout for o in opts) and "[bert-base]" in p.stdout, p.stdout[:200])
 
 
-for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
+for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
     t()
 if failures:
     print(f"test files kept in {TMP}")
