@@ -193,7 +193,7 @@ static void plan_lowp(tfb_mempool *p, bert_model *m) {
     size_t slot = bert_layer_lp_elems(m->B, m->wc.seq_len, m->cfg.hidden, m->cfg.heads, m->cfg.ffn);
     size_t logits = (size_t)m->M * m->cfg.vocab;
     m->ctx.lp_elems = slot > logits ? slot : logits;
-    tfb_mempool_add(p, (void **)&m->ctx.lp_weights, m->wl.numel * 2);
+    tfb_mempool_add(p, (void **)&m->wl.lowp_pool, m->wl.numel * 2);
     for (int i = 0; i < 3; i++) tfb_mempool_add(p, &m->ctx.lp[i], m->ctx.lp_elems * 2);
 }
 
@@ -370,12 +370,6 @@ static tfb_status bert_backward(void *self, int step, float loss_scale, tfb_grad
     return ready(rctx, 0);
 }
 
-static tfb_status bert_refresh_lowp(void *self) {
-    bert_model *m = self;
-    if (m->wc.gemm_type == TFB_F32) return TFB_OK;
-    return m->be->cast(m->be->ctx, (void *)m->ctx.lp_weights, m->wc.gemm_type, m->wl.param_pool, TFB_F32,
-                       m->wl.numel);
-}
 
 static tfb_status bert_dump_batch(void *self, const char *dir) {
     bert_model *m = self;
@@ -427,7 +421,6 @@ static void fill_workload(bert_model *m) {
     m->wl.load_batch = bert_load_batch;
     m->wl.forward = bert_forward;
     m->wl.backward = bert_backward;
-    m->wl.refresh_lowp = bert_refresh_lowp;
     m->wl.dump_batch = bert_dump_batch;
     m->wl.destroy = bert_destroy;
 }
@@ -459,6 +452,7 @@ tfb_status bert_create(const bert_config *c, const tfb_workload_config *wc, tfb_
     m->N = wc->local_batch * wc->seq_len;
     m->M = wc->local_batch * wc->masked;
     m->wl.numel = bert_param_count(c);
+    m->wl.gemm_type = wc->gemm_type;
     m->ctx = (bert_ctx){.be = be, .gemm_type = wc->gemm_type, .batch = m->B, .seq = wc->seq_len,
                         .hidden = c->hidden, .heads = c->heads, .ffn = c->ffn, .dropout = wc->dropout,
                         .seed = wc->seed, .sample0 = (uint64_t)wc->sample0};
@@ -470,7 +464,8 @@ tfb_status bert_create(const bert_config *c, const tfb_workload_config *wc, tfb_
     if (st == TFB_OK) st = bind_params(m);
     m->ctx.master_base = m->wl.param_pool;
     if (st == TFB_OK) st = tfb_workload_init_params(&m->wl, be, init_tensor, &m->wc.seed);
-    if (st == TFB_OK) st = bert_refresh_lowp(m);
+    m->ctx.lp_weights = m->wl.lowp_pool;
+    if (st == TFB_OK) st = tfb_workload_refresh_lowp(&m->wl, be);
     fill_workload(m);
     if (st != TFB_OK) { bert_destroy(m); return st; }
     *out = &m->wl;

@@ -22,7 +22,6 @@ tfb_status tfb_ddp_init(tfb_ddp *d, tfb_comm *comm, const tfb_workload *wl, doub
 }
 
 static tfb_status bucket_start(tfb_ddp *d, tfb_ddp_bucket *b) {
-    b->started = 1;
     return d->comm->iallreduce(d->comm, d->grads + b->begin, b->end - b->begin, TFB_COMM_F32, TFB_SUM, &b->req);
 }
 
@@ -46,7 +45,6 @@ tfb_status tfb_ddp_finish(tfb_ddp *d) {
     for (int i = 0; i < d->n_buckets; i++) {
         if (d->buckets[i].req) TFB_CHECK(d->comm->wait(d->comm, d->buckets[i].req));
         d->buckets[i].req = NULL;
-        d->buckets[i].started = 0;
     }
     d->next = 0;
     return TFB_OK;

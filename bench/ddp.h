@@ -14,7 +14,6 @@
 typedef struct {
     size_t begin, end;            /* element range in the gradient pool */
     tfb_comm_request *req;        /* pending all-reduce, or NULL */
-    int started;
 } tfb_ddp_bucket;
 
 typedef struct {

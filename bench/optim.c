@@ -28,7 +28,7 @@ tfb_status tfb_optim_step(tfb_optim *o, float grad_scale) {
         hp.weight_decay = wl->params[i].decay ? o->hp.weight_decay : 0.0f;
         TFB_CHECK(optim_tensor(o, &wl->params[i], &hp));
     }
-    return wl->refresh_lowp(wl->self);
+    return tfb_workload_refresh_lowp(wl, o->be);
 }
 
 void tfb_optim_free(tfb_optim *o) { tfb_mempool_release(&o->pool, o->be); }

@@ -71,7 +71,6 @@ typedef struct {
     float *sum_dy, *sum_dy_xhat; /* (largest K) */
     float *host_stats;         /* host (4 * largest K) for synchronised batch norm */
     void *lp[2];               /* 16-bit casts of activation operands */
-    uint16_t *lp_weights;
     size_t max_act, max_k;
     tfb_mempool pools[4];      /* parameters+gradients (+16-bit copy), activations, running stats, inputs */
 } resnet_model;
@@ -350,7 +349,7 @@ static tfb_status lp_act(resnet_model *m, int slot, const float *x, size_t n, co
 }
 
 static const void *lp_weight(resnet_model *m, const float *w) {
-    return m->wc.gemm_type == TFB_F32 ? (const void *)w : (const void *)(m->lp_weights + (w - m->wl.param_pool));
+    return m->wc.gemm_type == TFB_F32 ? (const void *)w : (const void *)(m->wl.lowp_pool + (w - m->wl.param_pool));
 }
 
 /* ---- synchronised batch norm: combine per-rank (mean, var) of equal counts exactly ---- */
@@ -545,12 +544,6 @@ static tfb_status resnet_backward(void *self, int step, float loss_scale, tfb_gr
     return ready(rctx, 0);
 }
 
-static tfb_status resnet_refresh_lowp(void *self) {
-    resnet_model *m = self;
-    if (m->wc.gemm_type == TFB_F32) return TFB_OK;
-    return m->be->cast(m->be->ctx, m->lp_weights, m->wc.gemm_type, m->wl.param_pool, TFB_F32, m->wl.numel);
-}
-
 static tfb_status resnet_dump_batch(void *self, const char *dir) {
     resnet_model *m = self;
     char path[4096];
@@ -582,7 +575,6 @@ static void fill_workload(resnet_model *m) {
     m->wl.load_batch = resnet_load_batch;
     m->wl.forward = resnet_forward;
     m->wl.backward = resnet_backward;
-    m->wl.refresh_lowp = resnet_refresh_lowp;
     m->wl.dump_batch = resnet_dump_batch;
     m->wl.destroy = resnet_destroy;
 }
@@ -590,7 +582,7 @@ static void fill_workload(resnet_model *m) {
 static tfb_status plan_all(resnet_model *m) {
     tfb_mempool_add(&m->pools[0], (void **)&m->wl.param_pool, m->wl.numel * 4);
     tfb_mempool_add(&m->pools[0], (void **)&m->wl.grad_pool, m->wl.numel * 4);
-    if (m->wc.gemm_type != TFB_F32) tfb_mempool_add(&m->pools[0], (void **)&m->lp_weights, m->wl.numel * 2);
+    if (m->wc.gemm_type != TFB_F32) tfb_mempool_add(&m->pools[0], (void **)&m->wl.lowp_pool, m->wl.numel * 2);
     plan_acts(m);
     tfb_mempool_add(&m->pools[3], (void **)&m->images, (size_t)m->n * 3 * m->image * m->image * 4);
     tfb_mempool_add(&m->pools[3], (void **)&m->labels, (size_t)m->n * 4);
@@ -606,6 +598,7 @@ tfb_status resnet_create(const resnet_config *c, const tfb_workload_config *wc, 
     resnet_model *m = calloc(1, sizeof *m);
     TFB_CHECK_ALLOC(m);
     *m = (resnet_model){.cfg = *c, .wc = *wc, .be = be, .n = wc->local_batch, .image = wc->image_size};
+    m->wl.gemm_type = wc->gemm_type;
     m->n_blocks = count_blocks(c);
     m->blocks = m->n_blocks > 0 ? calloc((size_t)m->n_blocks, sizeof *m->blocks) : NULL;
     rn_layout lo = {.table = calloc(2 + 3 * (size_t)(1 + 4 * m->n_blocks), sizeof(tfb_param_info))};
@@ -623,7 +616,7 @@ tfb_status resnet_create(const resnet_config *c, const tfb_workload_config *wc, 
         st = tfb_workload_init_params(&m->wl, be, init_tensor, m);
     }
     if (st == TFB_OK) st = init_running(m);
-    if (st == TFB_OK) st = resnet_refresh_lowp(m);
+    if (st == TFB_OK) st = tfb_workload_refresh_lowp(&m->wl, be);
     if (st != TFB_OK) { resnet_destroy(m); return st; }
     *out = &m->wl;
     return TFB_OK;

@@ -40,6 +40,7 @@ typedef struct {
     double *local_step, *local_phase[TFB_N_PHASES], *local_loss;
     double *step_dt, *step_end_unix;  /* every step's (warm-up included) time on this rank and wall-clock end */
     tfb_event_log *log;               /* --log, rank 0 only */
+    int exit_step;                    /* TFB_TEST_EXIT_STEP test hook, read once (-1: none) */
     int progress;
 } run_ctx;
 
@@ -103,7 +104,7 @@ static tfb_status setup_workload(run_ctx *r) {
     else TFB_CHECK(bert_create(bert_config_find(r->o.model), &wc, r->be, &r->wl));
     if (r->o.lr == 0) r->o.lr = r->wl->default_lr;
     TFB_CHECK(r->world->bcast(r->world, r->wl->param_pool, r->wl->numel, TFB_COMM_F32, 0));
-    TFB_CHECK(r->wl->refresh_lowp(r->wl->self));
+    TFB_CHECK(tfb_workload_refresh_lowp(r->wl, r->be));
     TFB_CHECK(tfb_ddp_init(&r->ddp, r->world, r->wl, r->o.bucket_mb));
     TFB_CHECK(tfb_optim_init(&r->opt, r->be, r->wl, (float)r->o.lr, (float)r->o.weight_decay));
     tfb_loss_scaler_init(&r->scaler, r->o.gemm_type == TFB_F16, r->o.loss_scale, r->o.loss_scale_window);
@@ -154,8 +155,7 @@ static tfb_status optimizer_phase(run_ctx *r, int step) {
  * TFB_TEST_EXIT_STEP environment variable). */
 static tfb_status inject_faults(run_ctx *r, int step) {
     if (r->world->rank != r->world->size - 1) return TFB_OK;
-    const char *exit_step = getenv("TFB_TEST_EXIT_STEP");
-    if (exit_step && atoi(exit_step) == step) {
+    if (step == r->exit_step) {
         fprintf(stderr, "tfbench[rank %d]: exiting at step %d (TFB_TEST_EXIT_STEP)\n", r->world->rank, step);
         fflush(stderr);
         _exit(3);
@@ -384,7 +384,7 @@ static void fill_results(run_ctx *r) {
     c->params = r->wl->numel;
     c->flops_per_sample = r->wl->flops_per_sample;
     c->flops_convention = r->wl->flops_convention;
-    c->memory_bytes = r->wl->bytes_planned + 2 * r->wl->numel * sizeof(float);
+    c->memory_bytes = r->wl->bytes_planned + r->opt.pool.bytes;
     c->loss_scaled = r->scaler.enabled;
     c->loss_scale_final = r->scaler.scale;
     c->skipped_steps = r->scaler.skipped;
@@ -473,6 +473,8 @@ static tfb_status run_job(run_ctx *r, int argc, char **argv) {
     tfb_log_device = r->be->name;
     if (tfb_watchdog_start(r->world->rank, r->o.timeout) != 0) return TFB_ERR_NOMEM;
     fill_record(r, argc, argv);
+    const char *exit_step = getenv("TFB_TEST_EXIT_STEP");
+    r->exit_step = exit_step ? atoi(exit_step) : -1;
     TFB_CHECK(open_log(r, argc, argv));
     TFB_CHECK(measure_peak(r));
     TFB_CHECK(setup_workload(r));

@@ -2,6 +2,11 @@
 #include <stdlib.h>
 #include "workload.h"
 
+tfb_status tfb_workload_refresh_lowp(const tfb_workload *wl, tfb_backend *be) {
+    if (!wl->lowp_pool) return TFB_OK;
+    return be->cast(be->ctx, wl->lowp_pool, wl->gemm_type, wl->param_pool, TFB_F32, wl->numel);
+}
+
 tfb_status tfb_workload_init_params(tfb_workload *wl, tfb_backend *be, tfb_param_init_fn init, const void *ctx) {
     float *host = malloc(wl->numel * sizeof(float));
     TFB_CHECK_ALLOC(host);

@@ -51,6 +51,8 @@ struct tfb_workload {
     size_t numel;                  /* total parameter count */
     float *param_pool;             /* (numel) FP32 master weights, backend memory */
     float *grad_pool;              /* (numel) FP32 gradients, backend memory */
+    tfb_dtype gemm_type;           /* GEMM input type */
+    uint16_t *lowp_pool;           /* (numel) 16-bit copies of the masters for FP16/BF16 GEMMs; NULL in FP32 */
     size_t bytes_planned;          /* every pool this workload allocated */
     double flops_per_sample;       /* training FLOPs per sample, convention in flops_convention */
     const char *flops_convention;
@@ -61,12 +63,13 @@ struct tfb_workload {
     tfb_status (*load_batch)(void *self, int step);                  /* make and upload this step's inputs */
     tfb_status (*forward)(void *self, int step, double *loss);       /* *loss: this rank's mean loss */
     tfb_status (*backward)(void *self, int step, float loss_scale, tfb_grad_ready_fn ready, void *ready_ctx);
-    tfb_status (*refresh_lowp)(void *self);                          /* 16-bit weight copies from the masters */
     tfb_status (*dump_batch)(void *self, const char *dir);           /* inputs of the current batch as .npy */
     void (*destroy)(void *self);
 };
 
 /* workload.c: every parameter initialised on the host by `init`, then uploaded to the parameter pool in one copy. */
 tfb_status tfb_workload_init_params(tfb_workload *wl, tfb_backend *be, tfb_param_init_fn init, const void *ctx);
+/* The 16-bit weight copies (lowp_pool) refreshed from the FP32 masters; nothing in FP32. */
+tfb_status tfb_workload_refresh_lowp(const tfb_workload *wl, tfb_backend *be);
 
 #endif

@@ -41,7 +41,6 @@ typedef struct {
     int skipped_steps, backoffs;
     uint64_t *param_checksum;    /* [ranks] FNV-1a of the FP32 master weights after the run */
     int params_identical;
-    int progress_done;
 } tfb_run_record;
 
 /* What the tables and the JSON report, derived from a record in one place. */

@@ -74,6 +74,10 @@ static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
     double ey = rel_err(a.y, y, N * H);
     snprintf(name, sizeof name, "bert_layer_%s_forward_vs_pytorch", tag);
     EXPECT(name, ok_f && ey < tol, "rel err %g (tolerance %g)", ey, tol);
+    if (t != TFB_F32) { /* rounding to 16 bits must show: otherwise the 16-bit path did not run */
+        snprintf(name, sizeof name, "bert_layer_%s_rounding_visible", tag);
+        EXPECT(name, ey > 1e-5, "rel err %g equals FP32's", ey);
+    }
     int ok_b = bert_layer_bwd(&c, 0, &w, &dw, x, &a, &s, grad) == TFB_OK;
     double ex = rel_err(grad, dx, N * H);
     snprintf(name, sizeof name, "bert_layer_%s_input_grad_vs_pytorch", tag);
