@@ -1,10 +1,15 @@
 /* bert.c — the BERT pre-training workload: configurations, parameter layout, initialisation, synthetic data,
  * embeddings, the MLM and NSP heads, and the workload functions the run driver calls.
  *
- * Parameters live in one FP32 pool in forward order (embeddings, layers, pooler, heads), so backward completes
- * gradients from the end of the pool towards its start: the watermark reported to the driver only falls. The
- * word-embedding gradient (tied to the MLM decoder) completes last, with the embedding lookup. Encoder layers are
- * in bert_layer.c; this file does not time, communicate or update parameters.
+ * The model is a row of units: the embeddings, each encoder layer, the heads (MLM and NSP). A pipeline stage
+ * holds a contiguous range of units (balanced by FLOPs) and one activation set per micro-batch in flight; the
+ * last stage keeps its own copy of the word embedding for the tied decoder, whose gradient the driver sums with
+ * the first stage's. Under tensor parallelism the word embedding and the decoder are split over the vocabulary
+ * (padded to a multiple of 128 x T, the padding masked out of the softmax) and the layers as in bert_layer.h.
+ *
+ * Parameters live in one FP32 pool in forward order, so backward completes gradients from the end of the pool
+ * towards its start: the watermark reported to the driver only falls. Encoder layers are in bert_layer.c; this
+ * file does not time, schedule micro-batches or update parameters.
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,24 +23,34 @@
 
 enum { TOK_CLS = 101, TOK_SEP = 102, TOK_MASK = 103, TOK_FIRST_WORD = 999 };
 enum { STREAM_INIT = 1, STREAM_DATA = 2 };
+enum { EMB_PARAMS = 5, LAYER_PARAMS = 12 };
 
+/* Shapes on one rank: Vl = padded vocabulary / T; layer shards in bert_layer.h. NULL when the stage lacks it. */
 typedef struct {
-    float *word_emb;   /* (V, H), also the MLM decoder weight (tied) */
+    float *word_emb;   /* (Vl, H), also the MLM decoder weight (tied; the last stage holds a copy) */
     float *pos_emb;    /* (max_pos, H) */
     float *type_emb;   /* (type_vocab, H) */
     float *emb_ln_g;   /* (H) */
     float *emb_ln_b;   /* (H) */
-    bert_layer_w *layer; /* [L] */
+    bert_layer_w *layer; /* [L], only this stage's layers bound */
     float *pool_w;     /* (H, H) */
     float *pool_b;     /* (H) */
     float *mlm_w;      /* (H, H) MLM transform */
     float *mlm_b;      /* (H) */
     float *mlm_ln_g;   /* (H) */
     float *mlm_ln_b;   /* (H) */
-    float *mlm_dec_b;  /* (V) decoder bias */
+    float *mlm_dec_b;  /* (Vl) decoder bias */
     float *nsp_w;      /* (2, H) */
     float *nsp_b;      /* (2) */
 } bert_weights;
+
+/* What this rank holds: units [unit0, unit1) of embeddings (0), layers (1..L) and heads (L + 1). */
+typedef struct {
+    int first, last;   /* holds the embeddings / the heads */
+    int l0, l1;        /* layers [l0, l1) */
+    int T, t;          /* tensor group size and rank */
+    int Vl, v0, valid; /* vocabulary rows per rank, this rank's first, how many of them are real */
+} bert_stage;
 
 /* Walks the tensors in pool order: binds each pointer at `base` and, when `table` is non-NULL, records it. */
 typedef struct {
@@ -45,92 +60,148 @@ typedef struct {
     int count;
 } layout_cursor;
 
-static void take(layout_cursor *lc, float **field, const char *name, int rows, int cols, int decay) {
+typedef struct {
+    const char *name;
+    int index, rows, cols, full_rows, full_cols;
+    tfb_shard_kind shard;
+    int blocks, decay, tied;
+} tensor_spec;
+
+static void take(layout_cursor *lc, float **field, tensor_spec t) {
     if (lc->base) *field = lc->base + lc->offset;
     if (lc->table) {
         tfb_param_info *p = &lc->table[lc->count];
-        *p = (tfb_param_info){.offset = lc->offset, .numel = (size_t)rows * cols, .rows = rows, .cols = cols,
-                              .decay = decay};
-        snprintf(p->name, sizeof p->name, "%s", name);
+        *p = (tfb_param_info){.offset = lc->offset, .numel = (size_t)t.rows * t.cols, .rows = t.rows,
+                              .cols = t.cols, .decay = t.decay, .index = t.index, .full_rows = t.full_rows,
+                              .full_cols = t.full_cols, .shard = t.shard, .blocks = t.blocks ? t.blocks : 1,
+                              .tied_copy = t.tied};
+        snprintf(p->name, sizeof p->name, "%s", t.name);
     }
     lc->count++;
-    lc->offset += (size_t)rows * cols;
+    lc->offset += (size_t)t.rows * t.cols;
 }
 
-static void layout_layer(layout_cursor *lc, const bert_config *c, int l, bert_layer_w *w) {
-    int H = c->hidden, F = c->ffn;
-    char n[64];
-#define T(field, suffix, r, cc, decay) \
-    (snprintf(n, sizeof n, "layer.%d.%s", l, suffix), take(lc, &w->field, n, r, cc, decay))
-    T(qkv_w, "attn.qkv.weight", 3 * H, H, 1);
-    T(qkv_b, "attn.qkv.bias", 3 * H, 1, 0);
-    T(ao_w, "attn.out.weight", H, H, 1);
-    T(ao_b, "attn.out.bias", H, 1, 0);
-    T(ln1_g, "attn.ln.gamma", H, 1, 0);
-    T(ln1_b, "attn.ln.beta", H, 1, 0);
-    T(ff1_w, "ffn.up.weight", F, H, 1);
-    T(ff1_b, "ffn.up.bias", F, 1, 0);
-    T(ff2_w, "ffn.down.weight", H, F, 1);
-    T(ff2_b, "ffn.down.bias", H, 1, 0);
-    T(ln2_g, "ffn.ln.gamma", H, 1, 0);
-    T(ln2_b, "ffn.ln.beta", H, 1, 0);
-#undef T
+/* A tensor that is not split: local shape = whole shape. */
+static tensor_spec whole(const char *name, int index, int rows, int cols, int decay) {
+    return (tensor_spec){.name = name, .index = index, .rows = rows, .cols = cols, .full_rows = rows,
+                         .full_cols = cols, .decay = decay};
 }
 
-static void layout(layout_cursor *lc, const bert_config *c, bert_weights *w) {
+static tensor_spec split_rows(const char *name, int index, int full_rows, int cols, int local_rows, int blocks,
+                              int decay) {
+    return (tensor_spec){.name = name, .index = index, .rows = local_rows, .cols = cols, .full_rows = full_rows,
+                         .full_cols = cols, .shard = TFB_SHARD_ROWS, .blocks = blocks, .decay = decay};
+}
+
+static void layout_layer(layout_cursor *lc, const bert_config *c, const bert_stage *st, int l, bert_layer_w *w) {
+    int H = c->hidden, F = c->ffn, T = st->T, i = EMB_PARAMS + LAYER_PARAMS * l;
+    char n[LAYER_PARAMS][64];
+    static const char *const sfx[LAYER_PARAMS] = {"attn.qkv.weight", "attn.qkv.bias", "attn.out.weight",
+        "attn.out.bias", "attn.ln.gamma", "attn.ln.beta", "ffn.up.weight", "ffn.up.bias", "ffn.down.weight",
+        "ffn.down.bias", "ffn.ln.gamma", "ffn.ln.beta"};
+    for (int k = 0; k < LAYER_PARAMS; k++) snprintf(n[k], sizeof n[k], "layer.%d.%s", l, sfx[k]);
+    tensor_spec ao = {.name = n[2], .index = i + 2, .rows = H, .cols = H / T, .full_rows = H, .full_cols = H,
+                      .shard = TFB_SHARD_COLS, .decay = 1};
+    tensor_spec f2 = {.name = n[8], .index = i + 8, .rows = H, .cols = F / T, .full_rows = H, .full_cols = F,
+                      .shard = TFB_SHARD_COLS, .decay = 1};
+    take(lc, &w->qkv_w, split_rows(n[0], i, 3 * H, H, 3 * H / T, 3, 1));
+    take(lc, &w->qkv_b, split_rows(n[1], i + 1, 3 * H, 1, 3 * H / T, 3, 0));
+    take(lc, &w->ao_w, ao);
+    take(lc, &w->ao_b, whole(n[3], i + 3, H, 1, 0));
+    take(lc, &w->ln1_g, whole(n[4], i + 4, H, 1, 0));
+    take(lc, &w->ln1_b, whole(n[5], i + 5, H, 1, 0));
+    take(lc, &w->ff1_w, split_rows(n[6], i + 6, F, H, F / T, 1, 1));
+    take(lc, &w->ff1_b, split_rows(n[7], i + 7, F, 1, F / T, 1, 0));
+    take(lc, &w->ff2_w, f2);
+    take(lc, &w->ff2_b, whole(n[9], i + 9, H, 1, 0));
+    take(lc, &w->ln2_g, whole(n[10], i + 10, H, 1, 0));
+    take(lc, &w->ln2_b, whole(n[11], i + 11, H, 1, 0));
+}
+
+static void layout_heads(layout_cursor *lc, const bert_config *c, const bert_stage *st, bert_weights *w) {
+    int H = c->hidden, i = EMB_PARAMS + LAYER_PARAMS * c->layers;
+    if (!st->first) { /* the tied decoder weight: a copy of the first stage's word embedding */
+        tensor_spec t = split_rows("emb.word", 0, c->vocab, H, st->Vl, 1, 1);
+        t.tied = 1;
+        take(lc, &w->word_emb, t);
+    }
+    take(lc, &w->pool_w, whole("pooler.weight", i, H, H, 1));
+    take(lc, &w->pool_b, whole("pooler.bias", i + 1, H, 1, 0));
+    take(lc, &w->mlm_w, whole("mlm.transform.weight", i + 2, H, H, 1));
+    take(lc, &w->mlm_b, whole("mlm.transform.bias", i + 3, H, 1, 0));
+    take(lc, &w->mlm_ln_g, whole("mlm.ln.gamma", i + 4, H, 1, 0));
+    take(lc, &w->mlm_ln_b, whole("mlm.ln.beta", i + 5, H, 1, 0));
+    take(lc, &w->mlm_dec_b, split_rows("mlm.decoder.bias", i + 6, c->vocab, 1, st->Vl, 1, 0));
+    take(lc, &w->nsp_w, whole("nsp.weight", i + 7, 2, H, 1));
+    take(lc, &w->nsp_b, whole("nsp.bias", i + 8, 2, 1, 0));
+}
+
+static void layout(layout_cursor *lc, const bert_config *c, const bert_stage *st, bert_weights *w) {
     int H = c->hidden;
-    take(lc, &w->word_emb, "emb.word", c->vocab, H, 1);
-    take(lc, &w->pos_emb, "emb.position", c->max_pos, H, 1);
-    take(lc, &w->type_emb, "emb.token_type", c->type_vocab, H, 1);
-    take(lc, &w->emb_ln_g, "emb.ln.gamma", H, 1, 0);
-    take(lc, &w->emb_ln_b, "emb.ln.beta", H, 1, 0);
-    for (int l = 0; l < c->layers; l++) layout_layer(lc, c, l, &w->layer[l]);
-    take(lc, &w->pool_w, "pooler.weight", H, H, 1);
-    take(lc, &w->pool_b, "pooler.bias", H, 1, 0);
-    take(lc, &w->mlm_w, "mlm.transform.weight", H, H, 1);
-    take(lc, &w->mlm_b, "mlm.transform.bias", H, 1, 0);
-    take(lc, &w->mlm_ln_g, "mlm.ln.gamma", H, 1, 0);
-    take(lc, &w->mlm_ln_b, "mlm.ln.beta", H, 1, 0);
-    take(lc, &w->mlm_dec_b, "mlm.decoder.bias", c->vocab, 1, 0);
-    take(lc, &w->nsp_w, "nsp.weight", 2, H, 1);
-    take(lc, &w->nsp_b, "nsp.bias", 2, 1, 0);
+    if (st->first) {
+        take(lc, &w->word_emb, split_rows("emb.word", 0, c->vocab, H, st->Vl, 1, 1));
+        take(lc, &w->pos_emb, whole("emb.position", 1, c->max_pos, H, 1));
+        take(lc, &w->type_emb, whole("emb.token_type", 2, c->type_vocab, H, 1));
+        take(lc, &w->emb_ln_g, whole("emb.ln.gamma", 3, H, 1, 0));
+        take(lc, &w->emb_ln_b, whole("emb.ln.beta", 4, H, 1, 0));
+    }
+    for (int l = st->l0; l < st->l1; l++) layout_layer(lc, c, st, l, &w->layer[l]);
+    if (st->last) layout_heads(lc, c, st, w);
 }
 
-static int layout_count(const bert_config *c) { return 5 + 12 * c->layers + 10; }
+static bert_stage whole_model(const bert_config *c) {
+    return (bert_stage){.first = 1, .last = 1, .l0 = 0, .l1 = c->layers, .T = 1, .Vl = c->vocab, .valid = c->vocab};
+}
 
 size_t bert_param_count(const bert_config *c) {
     bert_layer_w *lw = calloc((size_t)c->layers, sizeof *lw);
     bert_weights w = {.layer = lw};
     layout_cursor lc = {0};
-    layout(&lc, c, &w);
+    bert_stage st = whole_model(c);
+    if (lw) layout(&lc, c, &st, &w);
     free(lw);
     return lc.offset;
 }
 
-double bert_train_flops(const bert_config *c, int s, int masked) {
-    double H = c->hidden, F = c->ffn, S = s;
-    double layer = 2 * S * H * 3 * H + 2 * 2 * S * S * H + 2 * S * H * H + 2 * 2 * S * H * F;
-    double mlm = 2.0 * masked * H * H + 2.0 * masked * H * c->vocab;
-    double nsp = 2 * H * H + 2 * H * 2;
-    return 3.0 * (c->layers * layer + mlm + nsp);
+static double layer_flops(const bert_config *c, double S) {
+    double H = c->hidden, F = c->ffn;
+    return 2 * S * H * 3 * H + 2 * 2 * S * S * H + 2 * S * H * H + 2 * 2 * S * H * F;
 }
+
+static double heads_flops(const bert_config *c, int masked) {
+    double H = c->hidden;
+    return 2.0 * masked * H * H + 2.0 * masked * H * c->vocab + 2 * H * H + 2 * H * 2;
+}
+
+double bert_train_flops(const bert_config *c, int s, int masked) {
+    return 3.0 * (c->layers * layer_flops(c, s) + heads_flops(c, masked));
+}
+
+/* Forward FLOPs per unit for the pipeline partition; the embeddings count their element-wise work. */
+static void unit_costs(const bert_config *c, int s, int masked, double *costs) {
+    costs[0] = 10.0 * s * c->hidden;
+    for (int l = 0; l < c->layers; l++) costs[1 + l] = layer_flops(c, s);
+    costs[c->layers + 1] = heads_flops(c, masked);
+}
+
+int bert_units(const bert_config *c) { return c->layers + 2; }
 
 /* ---- model state ---- */
 
+/* One micro-batch's saved activations on this stage. N tokens, M masked, B sequences, Vl vocabulary shard. */
 typedef struct {
-    float *emb_sum, *emb_ln, *x0; /* (N, H) */
+    float *x_in;                  /* (N, H) received from the previous stage */
+    float *emb_sum, *emb_ln, *x0; /* (N, H) first stage */
     float *emb_mean, *emb_rstd;   /* (N) */
-    bert_layer_acts *layer;       /* [L] */
-    float *mlm_in, *mlm_pre, *mlm_act, *mlm_ln; /* (M, H) */
+    bert_layer_acts *layer;       /* [L], this stage's layers */
+    float *mlm_in, *mlm_pre, *mlm_act, *mlm_ln; /* (M, H) last stage */
     float *mlm_mean, *mlm_rstd;   /* (M) */
-    float *logits;                /* (M, V), then dlogits */
+    float *logits;                /* (M, Vl), then dlogits */
+    float *xmax, *xsums;          /* (M), (M, 2): vocabulary-parallel softmax statistics */
     float *cls, *pool_pre, *pooled; /* (B, H) */
     float *nsp_logits;            /* (B, 2), then their gradient */
     float *loss;                  /* (2) MLM and NSP loss sums */
-    float *dy;                    /* (N, H) gradient flowing down the encoder */
-    float *dm1, *dm2;             /* (M, H) MLM head gradients */
-    float *db1, *db2;             /* (B, H) NSP head gradients */
-} bert_acts;
+} bert_slot;
 
 typedef struct {
     int *ids, *types, *pos;       /* (N) */
@@ -143,55 +214,86 @@ typedef struct {
     tfb_workload_config wc;
     tfb_workload wl;
     tfb_backend *be;
+    bert_stage st;
     bert_ctx ctx;
     bert_weights w, g;
-    bert_acts a;
+    bert_slot *slot;              /* [wc.slots] */
+    unsigned char *busy;          /* [wc.slots] */
+    float *dy;                    /* (N, H) gradient flowing down the encoder, shared by micro-batches */
+    float *dm1, *dm2;             /* (M, H) MLM head gradients */
+    float *db1, *db2;             /* (B, H) NSP head gradients */
     bert_layer_scratch s;
-    bert_batch dev, host;         /* the batch in backend memory, and its host copy */
-    tfb_mempool pools[3];         /* parameters+gradients, activations, batch */
+    bert_batch *dev, *host;       /* [wc.slots] the batch in backend memory, and its host copy */
+    tfb_mempool pools[3];         /* parameters+gradients, activations, batches */
     int *perm;                    /* (seq_len) host work space for choosing masked positions */
+    int last_slot;                /* the slot of the last batch loaded (for --dump) */
     int N, M, B;
 } bert_model;
 
-static void plan_acts(tfb_mempool *p, bert_model *m) {
+static void plan_n(tfb_mempool *p, float **const *f, int n, size_t elems) {
+    for (int i = 0; i < n; i++) tfb_mempool_add(p, (void **)f[i], elems * 4);
+}
+
+static void plan_layer_acts(tfb_mempool *p, const bert_model *m, bert_layer_acts *la) {
+    size_t N = (size_t)m->N, H = (size_t)m->cfg.hidden, s = (size_t)m->wc.seq_len;
+    size_t W = (size_t)bert_ctx_local_width(&m->ctx), F = (size_t)m->ctx.ffn, A = (size_t)m->ctx.heads;
+    float **nh[] = {&la->h1, &la->x1, &la->h2, &la->y};
+    plan_n(p, nh, 4, N * H);
+    float **ln[] = {&la->ln1_mean, &la->ln1_rstd, &la->ln2_mean, &la->ln2_rstd};
+    plan_n(p, ln, 4, N);
+    tfb_mempool_add(p, (void **)&la->ctx, N * W * 4);
+    tfb_mempool_add(p, (void **)&la->qkv, N * 3 * W * 4);
+    tfb_mempool_add(p, (void **)&la->att, m->B * A * s * s * 4);
+    tfb_mempool_add(p, (void **)&la->att_d, m->B * A * s * s * 4);
+    tfb_mempool_add(p, (void **)&la->u, N * F * 4);
+    tfb_mempool_add(p, (void **)&la->g, N * F * 4);
+}
+
+static void plan_slot(tfb_mempool *p, bert_model *m, bert_slot *a) {
     size_t N = (size_t)m->N, M = (size_t)m->M, B = (size_t)m->B, H = (size_t)m->cfg.hidden;
-    size_t F = (size_t)m->cfg.ffn, V = (size_t)m->cfg.vocab, A = (size_t)m->cfg.heads, s = (size_t)m->wc.seq_len;
-    bert_acts *a = &m->a;
-    float **nh[] = {&a->emb_sum, &a->emb_ln, &a->x0, &a->dy, &m->s.t1, &m->s.t2};
-    for (size_t i = 0; i < sizeof nh / sizeof nh[0]; i++) tfb_mempool_add(p, (void **)nh[i], N * H * 4);
-    tfb_mempool_add(p, (void **)&a->emb_mean, N * 4);
-    tfb_mempool_add(p, (void **)&a->emb_rstd, N * 4);
-    for (int l = 0; l < m->cfg.layers; l++) {
-        bert_layer_acts *la = &a->layer[l];
-        float **lh[] = {&la->ctx, &la->h1, &la->x1, &la->h2, &la->y};
-        for (size_t i = 0; i < sizeof lh / sizeof lh[0]; i++) tfb_mempool_add(p, (void **)lh[i], N * H * 4);
-        float **ln[] = {&la->ln1_mean, &la->ln1_rstd, &la->ln2_mean, &la->ln2_rstd};
-        for (size_t i = 0; i < 4; i++) tfb_mempool_add(p, (void **)ln[i], N * 4);
-        tfb_mempool_add(p, (void **)&la->qkv, N * 3 * H * 4);
-        tfb_mempool_add(p, (void **)&la->att, B * A * s * s * 4);
-        tfb_mempool_add(p, (void **)&la->att_d, B * A * s * s * 4);
-        tfb_mempool_add(p, (void **)&la->u, N * F * 4);
-        tfb_mempool_add(p, (void **)&la->g, N * F * 4);
+    if (!m->st.first) tfb_mempool_add(p, (void **)&a->x_in, N * H * 4);
+    if (m->st.first) {
+        float **nh[] = {&a->emb_sum, &a->emb_ln, &a->x0};
+        plan_n(p, nh, 3, N * H);
+        float **n1[] = {&a->emb_mean, &a->emb_rstd};
+        plan_n(p, n1, 2, N);
     }
-    float **mh[] = {&a->mlm_in, &a->mlm_pre, &a->mlm_act, &a->mlm_ln, &a->dm1, &a->dm2};
-    for (size_t i = 0; i < sizeof mh / sizeof mh[0]; i++) tfb_mempool_add(p, (void **)mh[i], M * H * 4);
-    tfb_mempool_add(p, (void **)&a->mlm_mean, M * 4);
-    tfb_mempool_add(p, (void **)&a->mlm_rstd, M * 4);
-    tfb_mempool_add(p, (void **)&a->logits, M * V * 4);
-    float **bh[] = {&a->cls, &a->pool_pre, &a->pooled, &a->db1, &a->db2};
-    for (size_t i = 0; i < sizeof bh / sizeof bh[0]; i++) tfb_mempool_add(p, (void **)bh[i], B * H * 4);
+    for (int l = m->st.l0; l < m->st.l1; l++) plan_layer_acts(p, m, &a->layer[l]);
+    if (!m->st.last) return;
+    float **mh[] = {&a->mlm_in, &a->mlm_pre, &a->mlm_act, &a->mlm_ln};
+    plan_n(p, mh, 4, M * H);
+    float **m1[] = {&a->mlm_mean, &a->mlm_rstd, &a->xmax};
+    plan_n(p, m1, 3, M);
+    tfb_mempool_add(p, (void **)&a->xsums, M * 2 * 4);
+    tfb_mempool_add(p, (void **)&a->logits, M * (size_t)m->st.Vl * 4);
+    float **bh[] = {&a->cls, &a->pool_pre, &a->pooled};
+    plan_n(p, bh, 3, B * H);
     tfb_mempool_add(p, (void **)&a->nsp_logits, B * 2 * 4);
     tfb_mempool_add(p, (void **)&a->loss, 2 * 4);
-    tfb_mempool_add(p, (void **)&m->s.dqkv, N * 3 * H * 4);
+}
+
+/* Backward buffers shared by every micro-batch. */
+static void plan_shared(tfb_mempool *p, bert_model *m) {
+    size_t N = (size_t)m->N, M = (size_t)m->M, B = (size_t)m->B, H = (size_t)m->cfg.hidden;
+    size_t W = (size_t)bert_ctx_local_width(&m->ctx), A = (size_t)m->ctx.heads, s = (size_t)m->wc.seq_len;
+    float **nh[] = {&m->dy, &m->s.t1, &m->s.t2};
+    plan_n(p, nh, 3, N * H);
+    if (m->st.last) {
+        float **mh[] = {&m->dm1, &m->dm2};
+        plan_n(p, mh, 2, M * H);
+        float **bh[] = {&m->db1, &m->db2};
+        plan_n(p, bh, 2, B * H);
+    }
+    tfb_mempool_add(p, (void **)&m->s.dqkv, N * 3 * W * 4);
     tfb_mempool_add(p, (void **)&m->s.datt, B * A * s * s * 4);
-    tfb_mempool_add(p, (void **)&m->s.dff, N * F * 4);
+    tfb_mempool_add(p, (void **)&m->s.dff, N * (size_t)m->ctx.ffn * 4);
 }
 
 /* Low-precision copies: the 16-bit weight pool and three activation slots, only for FP16/BF16 runs. */
 static void plan_lowp(tfb_mempool *p, bert_model *m) {
     if (m->wc.gemm_type == TFB_F32) return;
     size_t slot = bert_layer_lp_elems(m->B, m->wc.seq_len, m->cfg.hidden, m->cfg.heads, m->cfg.ffn);
-    size_t logits = (size_t)m->M * m->cfg.vocab;
+    size_t logits = (size_t)m->M * m->st.Vl;
     m->ctx.lp_elems = slot > logits ? slot : logits;
     tfb_mempool_add(p, (void **)&m->wl.lowp_pool, m->wl.numel * 2);
     for (int i = 0; i < 3; i++) tfb_mempool_add(p, &m->ctx.lp[i], m->ctx.lp_elems * 2);
@@ -208,20 +310,20 @@ static void plan_batch(tfb_mempool *p, bert_batch *b, int N, int M, int B) {
 
 /* ---- initialisation: N(0, 0.02) for matrices and embeddings, zero biases, LayerNorm gamma 1 (BERT) ---- */
 
-static void init_tensor(float *x, const tfb_param_info *p, int index, const void *ctx) {
+static void init_tensor(float *x, const tfb_param_info *p, const void *ctx) {
     uint64_t seed = *(const uint64_t *)ctx;
+    size_t n = (size_t)p->full_rows * p->full_cols;
     int is_gamma = strstr(p->name, "gamma") != NULL;
-    tfb_philox_key k = tfb_philox_key_make(seed, STREAM_INIT + 16u * (uint32_t)index);
-    for (size_t i = 0; i < p->numel; i += 2) {
-        if (!p->decay) { x[i] = is_gamma ? 1.0f : 0.0f; if (i + 1 < p->numel) x[i + 1] = x[i]; continue; }
+    tfb_philox_key k = tfb_philox_key_make(seed, STREAM_INIT + 16u * (uint32_t)p->index);
+    for (size_t i = 0; i < n; i += 2) {
+        if (!p->decay) { x[i] = is_gamma ? 1.0f : 0.0f; if (i + 1 < n) x[i + 1] = x[i]; continue; }
         tfb_philox_ctr r = tfb_philox_block(k, i << 1, 0);
         float u1 = tfb_u32_to_unit(r.v[0]) + 1e-7f, u2 = tfb_u32_to_unit(r.v[1]);
         float rad = sqrtf(-2.0f * logf(u1)) * 0.02f;
         x[i] = rad * cosf(6.28318530718f * u2);
-        if (i + 1 < p->numel) x[i + 1] = rad * sinf(6.28318530718f * u2);
+        if (i + 1 < n) x[i + 1] = rad * sinf(6.28318530718f * u2);
     }
 }
-
 
 /* ---- synthetic data: a pure function of (seed, global sample index) ---- */
 
@@ -229,16 +331,16 @@ static uint32_t draw(tfb_philox_key k, uint64_t sample, uint32_t j) {
     return tfb_philox_block(k, (sample << 12) | (j & ~3u), 0).v[j & 3u];
 }
 
-/* Sequence `sample` at row b of the host batch: [CLS] A [SEP] B [SEP], masked positions 80/10/10. */
-static void make_sample(bert_model *m, int b, uint64_t sample) {
+/* Sequence `sample` at row b of the host batch h: [CLS] A [SEP] B [SEP], masked positions 80/10/10. */
+static void make_sample(bert_model *m, const bert_batch *h, int b, uint64_t sample) {
     int s = m->wc.seq_len, V = m->cfg.vocab, P = m->wc.masked < s - 1 ? m->wc.masked : s - 1;
     tfb_philox_key k = tfb_philox_key_make(m->wc.seed, STREAM_DATA);
-    int *ids = m->host.ids + b * s, *types = m->host.types + b * s;
+    int *ids = h->ids + b * s, *types = h->types + b * s;
     int split = s > 4 ? 1 + 1 + (int)(draw(k, sample, 0) % (uint32_t)(s - 3)) : s / 2;
     for (int t = 0; t < s; t++) {
         ids[t] = TOK_FIRST_WORD + (int)(draw(k, sample, 4u + (uint32_t)t) % (uint32_t)(V - TOK_FIRST_WORD));
         types[t] = t >= split;
-        m->host.pos[b * s + t] = t;
+        h->pos[b * s + t] = t;
     }
     ids[0] = TOK_CLS;
     ids[split - 1] = TOK_SEP;
@@ -251,133 +353,223 @@ static void make_sample(bert_model *m, int b, uint64_t sample) {
         perm[pick] = perm[1 + j];
         perm[1 + j] = pos;
         uint32_t r = draw(k, sample, 3072u + (uint32_t)j) % 10u;
-        m->host.mlm_rows[b * P + j] = b * s + pos;
-        m->host.mlm_labels[b * P + j] = ids[pos];
+        h->mlm_rows[b * P + j] = b * s + pos;
+        h->mlm_labels[b * P + j] = ids[pos];
         if (r < 8) ids[pos] = TOK_MASK;
         else if (r < 9) ids[pos] = TOK_FIRST_WORD + (int)(draw(k, sample, 1024u + (uint32_t)j) % (uint32_t)(V - TOK_FIRST_WORD));
     }
-    m->host.cls_rows[b] = b * s;
-    m->host.nsp_labels[b] = (int)(draw(k, sample, 1u) & 1u);
+    h->cls_rows[b] = b * s;
+    h->nsp_labels[b] = (int)(draw(k, sample, 1u) & 1u);
 }
 
-static tfb_status bert_load_batch(void *self, int step) {
+static tfb_status upload_batch(bert_model *m, int slot) {
+    const bert_batch *d = &m->dev[slot], *h = &m->host[slot];
+    int *const dst[] = {d->ids, d->types, d->pos, d->mlm_rows, d->mlm_labels, d->cls_rows, d->nsp_labels};
+    int *const src[] = {h->ids, h->types, h->pos, h->mlm_rows, h->mlm_labels, h->cls_rows, h->nsp_labels};
+    size_t n[] = {(size_t)m->N, (size_t)m->N, (size_t)m->N, (size_t)m->M, (size_t)m->M, (size_t)m->B,
+                  (size_t)m->B};
+    for (int i = 0; i < 7; i++) TFB_CHECK(m->be->copy_h2d(m->be->ctx, dst[i], src[i], n[i] * sizeof(int)));
+    return TFB_OK;
+}
+
+/* Only the stages that read tokens or labels need a batch. */
+static tfb_status bert_load_batch(void *self, int step, int mb, int slot) {
     bert_model *m = self;
-    uint64_t first = (uint64_t)(m->wc.fixed_batch ? 0 : step) * m->wc.global_batch + m->wc.sample0;
-    for (int b = 0; b < m->B; b++) make_sample(m, b, first + (uint64_t)b);
-    return m->be->copy_h2d(m->be->ctx, m->pools[2].base, m->pools[2].host_mirror, m->pools[2].bytes);
+    if (!m->st.first && !m->st.last) return TFB_OK;
+    uint64_t first = (uint64_t)(m->wc.fixed_batch ? 0 : step) * m->wc.global_batch + m->wc.sample0 +
+                     (uint64_t)mb * m->B;
+    for (int b = 0; b < m->B; b++) make_sample(m, &m->host[slot], b, first + (uint64_t)b);
+    m->last_slot = slot;
+    return upload_batch(m, slot);
 }
 
 /* ---- forward ---- */
 
-static tfb_status embeddings_fwd(bert_model *m) {
+static void set_micro_batch(bert_model *m, int step, int mb) {
+    m->ctx.step = step;
+    m->ctx.sample0 = (uint64_t)m->wc.sample0 + (uint64_t)mb * m->B;
+}
+
+static tfb_status embeddings_fwd(bert_model *m, bert_slot *a, const bert_batch *d) {
     tfb_backend *be = m->be;
     int N = m->N, H = m->cfg.hidden;
-    TFB_CHECK(be->embedding_fwd(be->ctx, m->a.emb_sum, m->w.word_emb, m->dev.ids, N, H, 0));
-    TFB_CHECK(be->embedding_fwd(be->ctx, m->a.emb_sum, m->w.pos_emb, m->dev.pos, N, H, 1));
-    TFB_CHECK(be->embedding_fwd(be->ctx, m->a.emb_sum, m->w.type_emb, m->dev.types, N, H, 1));
-    TFB_CHECK(be->layernorm_fwd(be->ctx, m->a.emb_ln, m->a.emb_mean, m->a.emb_rstd, m->a.emb_sum, m->w.emb_ln_g,
+    if (m->st.T > 1) {
+        TFB_CHECK(be->embedding_fwd_shard(be->ctx, a->emb_sum, m->w.word_emb, d->ids, N, H, m->st.v0, m->st.Vl, 0));
+        TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, a->emb_sum, (size_t)N * H, TFB_SUM));
+    } else {
+        TFB_CHECK(be->embedding_fwd(be->ctx, a->emb_sum, m->w.word_emb, d->ids, N, H, 0));
+    }
+    TFB_CHECK(be->embedding_fwd(be->ctx, a->emb_sum, m->w.pos_emb, d->pos, N, H, 1));
+    TFB_CHECK(be->embedding_fwd(be->ctx, a->emb_sum, m->w.type_emb, d->types, N, H, 1));
+    TFB_CHECK(be->layernorm_fwd(be->ctx, a->emb_ln, a->emb_mean, a->emb_rstd, a->emb_sum, m->w.emb_ln_g,
                                 m->w.emb_ln_b, N, H, 1e-12f));
-    return be->dropout_fwd(be->ctx, m->a.x0, m->a.emb_ln, (size_t)N * H, m->wc.dropout,
+    return be->dropout_fwd(be->ctx, a->x0, a->emb_ln, (size_t)N * H, m->wc.dropout,
                            bert_dropout_key(&m->ctx, 0, m->ctx.sample0 * (size_t)m->wc.seq_len * H));
 }
 
-static tfb_status heads_fwd(bert_model *m, const float *y) {
+/* MLM loss sum of the micro-batch: one pass on a whole vocabulary, three with all-reduces on a shard. */
+static tfb_status mlm_loss(bert_model *m, bert_slot *a, const bert_batch *d, double *sum) {
+    tfb_backend *be = m->be;
+    int M = m->M, Vl = m->st.Vl;
+    if (m->st.T == 1) {
+        float s;
+        TFB_CHECK(be->xent_fwd(be->ctx, &a->loss[0], a->logits, d->mlm_labels, M, Vl));
+        TFB_CHECK(be->copy_d2h(be->ctx, &s, &a->loss[0], sizeof s));
+        *sum = s;
+        return TFB_OK;
+    }
+    TFB_CHECK(be->xent_shard_max(be->ctx, a->xmax, a->logits, M, Vl, m->st.valid));
+    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, a->xmax, (size_t)M, TFB_MAX));
+    TFB_CHECK(be->xent_shard_sum(be->ctx, a->xsums, a->logits, d->mlm_labels, a->xmax, M, Vl, m->st.valid, m->st.v0));
+    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, a->xsums, (size_t)2 * M, TFB_SUM));
+    float *h = malloc((size_t)M * 3 * sizeof *h);
+    TFB_CHECK_ALLOC(h);
+    tfb_status st = be->copy_d2h(be->ctx, h, a->xmax, (size_t)M * 4);
+    if (st == TFB_OK) st = be->copy_d2h(be->ctx, h + M, a->xsums, (size_t)M * 8);
+    *sum = 0;
+    for (int i = 0; i < M && st == TFB_OK; i++) *sum += log((double)h[M + 2 * i]) + h[i] - h[M + 2 * i + 1];
+    free(h);
+    return st;
+}
+
+static tfb_status heads_fwd(bert_model *m, bert_slot *a, const bert_batch *d, const float *y, double *loss) {
     tfb_backend *be = m->be;
     bert_ctx *c = &m->ctx;
-    bert_acts *a = &m->a;
-    int M = m->M, B = m->B, H = m->cfg.hidden, V = m->cfg.vocab;
-    TFB_CHECK(be->embedding_fwd(be->ctx, a->mlm_in, y, m->dev.mlm_rows, M, H, 0));
+    int M = m->M, B = m->B, H = m->cfg.hidden;
+    double mlm;
+    float nsp;
+    TFB_CHECK(be->embedding_fwd(be->ctx, a->mlm_in, y, d->mlm_rows, M, H, 0));
     TFB_CHECK(bert_linear_fwd(c, a->mlm_pre, a->mlm_in, m->w.mlm_w, m->w.mlm_b, M, H, H));
     TFB_CHECK(be->act_fwd(be->ctx, TFB_ACT_GELU, a->mlm_act, a->mlm_pre, (size_t)M * H));
     TFB_CHECK(be->layernorm_fwd(be->ctx, a->mlm_ln, a->mlm_mean, a->mlm_rstd, a->mlm_act, m->w.mlm_ln_g,
                                 m->w.mlm_ln_b, M, H, 1e-12f));
-    TFB_CHECK(bert_linear_fwd(c, a->logits, a->mlm_ln, m->w.word_emb, m->w.mlm_dec_b, M, H, V));
-    TFB_CHECK(be->xent_fwd(be->ctx, &a->loss[0], a->logits, m->dev.mlm_labels, M, V));
-    TFB_CHECK(be->embedding_fwd(be->ctx, a->cls, y, m->dev.cls_rows, B, H, 0));
+    TFB_CHECK(bert_linear_fwd(c, a->logits, a->mlm_ln, m->w.word_emb, m->w.mlm_dec_b, M, H, m->st.Vl));
+    TFB_CHECK(mlm_loss(m, a, d, &mlm));
+    TFB_CHECK(be->embedding_fwd(be->ctx, a->cls, y, d->cls_rows, B, H, 0));
     TFB_CHECK(bert_linear_fwd(c, a->pool_pre, a->cls, m->w.pool_w, m->w.pool_b, B, H, H));
     TFB_CHECK(be->act_fwd(be->ctx, TFB_ACT_TANH, a->pooled, a->pool_pre, (size_t)B * H));
     TFB_CHECK(bert_linear_fwd(c, a->nsp_logits, a->pooled, m->w.nsp_w, m->w.nsp_b, B, H, 2));
-    return be->xent_fwd(be->ctx, &a->loss[1], a->nsp_logits, m->dev.nsp_labels, B, 2);
+    TFB_CHECK(be->xent_fwd(be->ctx, &a->loss[1], a->nsp_logits, d->nsp_labels, B, 2));
+    TFB_CHECK(be->copy_d2h(be->ctx, &nsp, &a->loss[1], sizeof nsp));
+    *loss = mlm / M + (double)nsp / B;
+    return TFB_OK;
 }
 
-static tfb_status bert_forward(void *self, int step, double *loss) {
+/* The stage's output: the last layer's, or the embeddings' when it holds no layer. */
+static float *stage_out(bert_model *m, bert_slot *a) {
+    return m->st.l1 > m->st.l0 ? a->layer[m->st.l1 - 1].y : a->x0;
+}
+
+static tfb_status bert_forward(void *self, int step, int mb, int slot, double *loss) {
     bert_model *m = self;
-    float sums[2];
-    m->ctx.step = step;
-    TFB_CHECK(embeddings_fwd(m));
-    const float *x = m->a.x0;
-    for (int l = 0; l < m->cfg.layers; l++) {
-        TFB_CHECK(bert_layer_fwd(&m->ctx, l, &m->w.layer[l], x, &m->a.layer[l]));
-        x = m->a.layer[l].y;
+    bert_slot *a = &m->slot[slot];
+    TFB_CHECK(tfb_workload_slot_take(&m->wl, slot, m->wc.slots, m->busy));
+    set_micro_batch(m, step, mb);
+    if (m->st.first) TFB_CHECK(embeddings_fwd(m, a, &m->dev[slot]));
+    const float *x = m->st.first ? a->x0 : a->x_in;
+    for (int l = m->st.l0; l < m->st.l1; l++) {
+        TFB_CHECK(bert_layer_fwd(&m->ctx, l, &m->w.layer[l], x, &a->layer[l]));
+        x = a->layer[l].y;
     }
-    TFB_CHECK(heads_fwd(m, x));
-    TFB_CHECK(m->be->copy_d2h(m->be->ctx, sums, m->a.loss, sizeof sums));
-    *loss = (double)sums[0] / m->M + (double)sums[1] / m->B;
-    return TFB_OK;
+    *loss = 0;
+    return m->st.last ? heads_fwd(m, a, &m->dev[slot], x, loss) : TFB_OK;
 }
 
 /* ---- backward ---- */
 
-/* MLM and NSP heads: leaves dL/dy of the last layer in a->dy. */
-static tfb_status heads_bwd(bert_model *m, float loss_scale) {
+/* dlogits and the input gradient of the tied decoder; on a vocabulary shard the input gradient is summed. */
+static tfb_status decoder_bwd(bert_model *m, bert_slot *a, const bert_batch *d, float scale) {
     tfb_backend *be = m->be;
-    bert_ctx *c = &m->ctx;
-    bert_acts *a = &m->a;
-    int M = m->M, B = m->B, H = m->cfg.hidden, V = m->cfg.vocab;
-    TFB_CHECK(be->xent_bwd(be->ctx, a->logits, a->logits, m->dev.mlm_labels, M, V, loss_scale / M));
-    TFB_CHECK(bert_linear_bwd(c, a->dm1, m->g.word_emb, m->g.mlm_dec_b, a->logits, a->mlm_ln, m->w.word_emb, M, H, V));
-    TFB_CHECK(be->layernorm_bwd(be->ctx, a->dm2, m->g.mlm_ln_g, m->g.mlm_ln_b, a->dm1, a->mlm_act, a->mlm_mean,
-                                a->mlm_rstd, m->w.mlm_ln_g, M, H));
-    TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_GELU, a->dm2, a->dm2, a->mlm_pre, (size_t)M * H));
-    TFB_CHECK(bert_linear_bwd(c, a->dm1, m->g.mlm_w, m->g.mlm_b, a->dm2, a->mlm_in, m->w.mlm_w, M, H, H));
-    TFB_CHECK(be->fill(be->ctx, a->dy, 0.0f, (size_t)m->N * H));
-    TFB_CHECK(be->embedding_bwd(be->ctx, a->dy, a->dm1, m->dev.mlm_rows, M, H));
-    TFB_CHECK(be->xent_bwd(be->ctx, a->nsp_logits, a->nsp_logits, m->dev.nsp_labels, B, 2, loss_scale / B));
-    TFB_CHECK(bert_linear_bwd(c, a->db1, m->g.nsp_w, m->g.nsp_b, a->nsp_logits, a->pooled, m->w.nsp_w, B, H, 2));
-    TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_TANH, a->db1, a->db1, a->pool_pre, (size_t)B * H));
-    TFB_CHECK(bert_linear_bwd(c, a->db2, m->g.pool_w, m->g.pool_b, a->db1, a->cls, m->w.pool_w, B, H, H));
-    return be->embedding_bwd(be->ctx, a->dy, a->db2, m->dev.cls_rows, B, H);
+    int M = m->M, H = m->cfg.hidden, Vl = m->st.Vl;
+    if (m->st.T == 1) TFB_CHECK(be->xent_bwd(be->ctx, a->logits, a->logits, d->mlm_labels, M, Vl, scale));
+    else TFB_CHECK(be->xent_shard_bwd(be->ctx, a->logits, a->logits, d->mlm_labels, a->xmax, a->xsums, M, Vl,
+                                      m->st.valid, m->st.v0, scale));
+    return bert_col_parallel_bwd(&m->ctx, m->dm1, m->g.word_emb, m->g.mlm_dec_b, a->logits, a->mlm_ln, m->w.word_emb,
+                                 M, H, Vl);
 }
 
-static tfb_status embeddings_bwd(bert_model *m) {
+/* MLM and NSP heads: leaves dL/dy of the last layer in m->dy. */
+static tfb_status heads_bwd(bert_model *m, bert_slot *a, const bert_batch *d, float loss_scale) {
+    tfb_backend *be = m->be;
+    bert_ctx *c = &m->ctx;
+    int M = m->M, B = m->B, H = m->cfg.hidden;
+    TFB_CHECK(decoder_bwd(m, a, d, loss_scale / M));
+    TFB_CHECK(be->layernorm_bwd(be->ctx, m->dm2, m->g.mlm_ln_g, m->g.mlm_ln_b, m->dm1, a->mlm_act, a->mlm_mean,
+                                a->mlm_rstd, m->w.mlm_ln_g, M, H));
+    TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_GELU, m->dm2, m->dm2, a->mlm_pre, (size_t)M * H));
+    TFB_CHECK(bert_linear_bwd(c, m->dm1, m->g.mlm_w, m->g.mlm_b, m->dm2, a->mlm_in, m->w.mlm_w, M, H, H));
+    TFB_CHECK(be->fill(be->ctx, m->dy, 0.0f, (size_t)m->N * H));
+    TFB_CHECK(be->embedding_bwd(be->ctx, m->dy, m->dm1, d->mlm_rows, M, H));
+    TFB_CHECK(be->xent_bwd(be->ctx, a->nsp_logits, a->nsp_logits, d->nsp_labels, B, 2, loss_scale / B));
+    TFB_CHECK(bert_linear_bwd(c, m->db1, m->g.nsp_w, m->g.nsp_b, a->nsp_logits, a->pooled, m->w.nsp_w, B, H, 2));
+    TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_TANH, m->db1, m->db1, a->pool_pre, (size_t)B * H));
+    TFB_CHECK(bert_linear_bwd(c, m->db2, m->g.pool_w, m->g.pool_b, m->db1, a->cls, m->w.pool_w, B, H, H));
+    return be->embedding_bwd(be->ctx, m->dy, m->db2, d->cls_rows, B, H);
+}
+
+static tfb_status embeddings_bwd(bert_model *m, bert_slot *a, const bert_batch *d) {
     tfb_backend *be = m->be;
     int N = m->N, H = m->cfg.hidden;
-    float *d = m->a.dy, *t = m->s.t1;
-    TFB_CHECK(be->dropout_bwd(be->ctx, d, d, (size_t)N * H, m->wc.dropout,
+    float *g = m->dy, *t = m->s.t1;
+    TFB_CHECK(be->dropout_bwd(be->ctx, g, g, (size_t)N * H, m->wc.dropout,
                               bert_dropout_key(&m->ctx, 0, m->ctx.sample0 * (size_t)m->wc.seq_len * H)));
-    TFB_CHECK(be->layernorm_bwd(be->ctx, t, m->g.emb_ln_g, m->g.emb_ln_b, d, m->a.emb_sum, m->a.emb_mean,
-                                m->a.emb_rstd, m->w.emb_ln_g, N, H));
-    TFB_CHECK(be->embedding_bwd(be->ctx, m->g.word_emb, t, m->dev.ids, N, H));
-    TFB_CHECK(be->embedding_bwd(be->ctx, m->g.pos_emb, t, m->dev.pos, N, H));
-    return be->embedding_bwd(be->ctx, m->g.type_emb, t, m->dev.types, N, H);
+    TFB_CHECK(be->layernorm_bwd(be->ctx, t, m->g.emb_ln_g, m->g.emb_ln_b, g, a->emb_sum, a->emb_mean, a->emb_rstd,
+                                m->w.emb_ln_g, N, H));
+    if (m->st.T > 1) TFB_CHECK(be->embedding_bwd_shard(be->ctx, m->g.word_emb, t, d->ids, N, H, m->st.v0, m->st.Vl));
+    else TFB_CHECK(be->embedding_bwd(be->ctx, m->g.word_emb, t, d->ids, N, H));
+    TFB_CHECK(be->embedding_bwd(be->ctx, m->g.pos_emb, t, d->pos, N, H));
+    return be->embedding_bwd(be->ctx, m->g.type_emb, t, d->types, N, H);
 }
 
 static size_t offset_of(bert_model *m, const float *grad) { return (size_t)(grad - m->wl.grad_pool); }
 
-static tfb_status bert_backward(void *self, int step, float loss_scale, tfb_grad_ready_fn ready, void *rctx) {
+static tfb_status bert_backward(void *self, int step, int mb, int slot, float loss_scale, tfb_grad_ready_fn ready,
+                                void *rctx) {
     bert_model *m = self;
-    int L = m->cfg.layers;
-    m->ctx.step = step;
-    TFB_CHECK(m->be->fill(m->be->ctx, m->wl.grad_pool, 0.0f, m->wl.numel));
-    TFB_CHECK(heads_bwd(m, loss_scale));
-    TFB_CHECK(ready(rctx, offset_of(m, m->g.pool_w)));
-    for (int l = L - 1; l >= 0; l--) {
-        const float *x = l ? m->a.layer[l - 1].y : m->a.x0;
-        TFB_CHECK(bert_layer_bwd(&m->ctx, l, &m->w.layer[l], &m->g.layer[l], x, &m->a.layer[l], &m->s, m->a.dy));
+    bert_slot *a = &m->slot[slot];
+    set_micro_batch(m, step, mb);
+    if (m->st.last) {
+        TFB_CHECK(heads_bwd(m, a, &m->dev[slot], loss_scale));
+        TFB_CHECK(ready(rctx, offset_of(m, m->st.first ? m->g.pool_w : m->g.word_emb)));
+    }
+    for (int l = m->st.l1 - 1; l >= m->st.l0; l--) {
+        const float *x = l > m->st.l0 ? a->layer[l - 1].y : m->st.first ? a->x0 : a->x_in;
+        TFB_CHECK(bert_layer_bwd(&m->ctx, l, &m->w.layer[l], &m->g.layer[l], x, &a->layer[l], &m->s, m->dy));
         TFB_CHECK(ready(rctx, offset_of(m, m->g.layer[l].qkv_w)));
     }
-    TFB_CHECK(embeddings_bwd(m));
+    if (m->st.first) TFB_CHECK(embeddings_bwd(m, a, &m->dev[slot]));
+    tfb_workload_slot_give(&m->wl, slot, m->busy);
     return ready(rctx, 0);
 }
 
+static float *bert_stage_input(void *self, int slot) {
+    bert_model *m = self;
+    return m->st.first ? NULL : m->slot[slot].x_in;
+}
+
+static const float *bert_stage_output(void *self, int slot) {
+    bert_model *m = self;
+    return m->st.last ? NULL : stage_out(m, &m->slot[slot]);
+}
+
+static float *bert_grad_output(void *self) {
+    bert_model *m = self;
+    return m->st.last ? NULL : m->dy;
+}
+
+static const float *bert_grad_input(void *self) {
+    bert_model *m = self;
+    return m->st.first ? NULL : m->dy;
+}
 
 static tfb_status bert_dump_batch(void *self, const char *dir) {
     bert_model *m = self;
     int s = m->wc.seq_len, P = m->wc.masked;
+    const bert_batch *h = &m->host[m->last_slot];
     struct { const char *name; const int *data; int rows, cols; } t[] = {
-        {"input_ids", m->host.ids, m->B, s},          {"token_type_ids", m->host.types, m->B, s},
-        {"mlm_rows", m->host.mlm_rows, m->B, P},      {"mlm_labels", m->host.mlm_labels, m->B, P},
-        {"nsp_labels", m->host.nsp_labels, m->B, 1},
+        {"input_ids", h->ids, m->B, s},          {"token_type_ids", h->types, m->B, s},
+        {"mlm_rows", h->mlm_rows, m->B, P},      {"mlm_labels", h->mlm_labels, m->B, P},
+        {"nsp_labels", h->nsp_labels, m->B, 1},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         char path[4096];
@@ -393,21 +585,43 @@ static void bert_destroy(void *self) {
     free((void *)m->wl.params);
     free(m->w.layer);
     free(m->g.layer);
-    free(m->a.layer);
+    for (int i = 0; m->slot && i < m->wc.slots; i++) free(m->slot[i].layer);
+    free(m->slot);
+    free(m->busy);
+    free(m->dev);
+    free(m->host);
     free(m->perm);
     free(m);
 }
 
 static tfb_status bind_params(bert_model *m) {
-    int np = layout_count(&m->cfg);
-    tfb_param_info *table = calloc((size_t)np, sizeof *table);
+    layout_cursor count = {0};
+    layout(&count, &m->cfg, &m->st, &m->w);
+    tfb_param_info *table = calloc((size_t)count.count, sizeof *table);
     TFB_CHECK_ALLOC(table);
     layout_cursor lw = {.base = m->wl.param_pool, .table = table}, lg = {.base = m->wl.grad_pool};
-    layout(&lw, &m->cfg, &m->w);
-    layout(&lg, &m->cfg, &m->g);
+    layout(&lw, &m->cfg, &m->st, &m->w);
+    layout(&lg, &m->cfg, &m->st, &m->g);
     m->wl.params = table;
     m->wl.n_params = lw.count;
+    if (m->st.last && !m->st.first) {
+        m->wl.tied_offset = (size_t)(m->w.word_emb - m->wl.param_pool);
+        m->wl.tied_numel = (size_t)m->st.Vl * m->cfg.hidden;
+    } else if (m->st.first && !m->st.last) {
+        m->wl.tied_offset = 0;
+        m->wl.tied_numel = (size_t)m->st.Vl * m->cfg.hidden;
+    }
     return TFB_OK;
+}
+
+static void describe_stage(bert_model *m) {
+    const bert_stage *st = &m->st;
+    int n = snprintf(m->wl.stage_desc, sizeof m->wl.stage_desc, "%s", st->first ? "embeddings" : "");
+    if (st->l1 > st->l0)
+        n += snprintf(m->wl.stage_desc + n, sizeof m->wl.stage_desc - (size_t)n, "%slayers %d-%d", n ? " + " : "",
+                      st->l0, st->l1 - 1);
+    if (st->last)
+        snprintf(m->wl.stage_desc + n, sizeof m->wl.stage_desc - (size_t)n, "%sheads", n ? " + " : "");
 }
 
 static void fill_workload(bert_model *m) {
@@ -416,30 +630,94 @@ static void fill_workload(bert_model *m) {
     m->wl.flops_convention = "training = 3 x forward; 1 multiply-add = 2 FLOPs; MLM logits on masked positions "
                              "only; bidirectional attention (s^2 term not halved)";
     snprintf(m->wl.shape, sizeof m->wl.shape, "seq %d, %d masked", m->wc.seq_len, m->wc.masked);
+    describe_stage(m);
+    m->wl.model_params = bert_param_count(&m->cfg);
     m->wl.optimizer = TFB_OPT_ADAMW;
     m->wl.default_lr = 1e-4f;
+    m->wl.first_stage = m->st.first;
+    m->wl.last_stage = m->st.last;
+    m->wl.in_elems = m->st.first ? 0 : (size_t)m->N * m->cfg.hidden;
+    m->wl.out_elems = m->st.last ? 0 : (size_t)m->N * m->cfg.hidden;
     m->wl.load_batch = bert_load_batch;
     m->wl.forward = bert_forward;
     m->wl.backward = bert_backward;
+    m->wl.stage_input = bert_stage_input;
+    m->wl.stage_output = bert_stage_output;
+    m->wl.grad_output = bert_grad_output;
+    m->wl.grad_input = bert_grad_input;
     m->wl.dump_batch = bert_dump_batch;
     m->wl.destroy = bert_destroy;
 }
 
 static tfb_status plan_all(bert_model *m) {
-    size_t numel = m->wl.numel;
-    tfb_mempool_add(&m->pools[0], (void **)&m->wl.param_pool, numel * 4);
-    tfb_mempool_add(&m->pools[0], (void **)&m->wl.grad_pool, numel * 4);
-    plan_lowp(&m->pools[0], m);
-    plan_acts(&m->pools[1], m);
-    plan_batch(&m->pools[2], &m->dev, m->N, m->M, m->B);
+    layout_cursor count = {0};
+    layout(&count, &m->cfg, &m->st, &m->w);
+    m->wl.numel = count.offset;
+    tfb_mempool_add(&m->pools[0], (void **)&m->wl.param_pool, m->wl.numel * 4);
+    tfb_mempool_add(&m->pools[0], (void **)&m->wl.grad_pool, m->wl.numel * 4);
+    plan_lowp(&m->pools[1], m);
+    plan_shared(&m->pools[1], m);
+    size_t before = m->pools[1].bytes;
+    for (int i = 0; i < m->wc.slots; i++) plan_slot(&m->pools[1], m, &m->slot[i]);
+    m->wl.slot_bytes = (m->pools[1].bytes - before) / (size_t)m->wc.slots;
+    for (int i = 0; i < m->wc.slots; i++) plan_batch(&m->pools[2], &m->dev[i], m->N, m->M, m->B);
     for (int i = 0; i < 3; i++) TFB_CHECK(tfb_mempool_commit(&m->pools[i], m->be, i == 2));
-    int **dev[] = {&m->dev.ids, &m->dev.types, &m->dev.pos, &m->dev.mlm_rows, &m->dev.mlm_labels,
-                   &m->dev.cls_rows, &m->dev.nsp_labels};
-    int **host[] = {&m->host.ids, &m->host.types, &m->host.pos, &m->host.mlm_rows, &m->host.mlm_labels,
-                    &m->host.cls_rows, &m->host.nsp_labels};
-    for (int i = 0; i < 7; i++) *host[i] = tfb_mempool_mirror(&m->pools[2], *dev[i]);
+    for (int i = 0; i < m->wc.slots; i++) {
+        int **dev[] = {&m->dev[i].ids, &m->dev[i].types, &m->dev[i].pos, &m->dev[i].mlm_rows,
+                       &m->dev[i].mlm_labels, &m->dev[i].cls_rows, &m->dev[i].nsp_labels};
+        int **host[] = {&m->host[i].ids, &m->host[i].types, &m->host[i].pos, &m->host[i].mlm_rows,
+                        &m->host[i].mlm_labels, &m->host[i].cls_rows, &m->host[i].nsp_labels};
+        for (int k = 0; k < 7; k++) *host[k] = tfb_mempool_mirror(&m->pools[2], *dev[k]);
+    }
     m->wl.bytes_planned = m->pools[0].bytes + m->pools[1].bytes + m->pools[2].bytes;
     return TFB_OK;
+}
+
+/* This rank's units and shards; TFB_ERR_ARG when the layout does not fit the model. */
+static tfb_status place_stage(bert_model *m) {
+    const bert_config *c = &m->cfg;
+    int T = m->wc.tp ? m->wc.tp->size : 1, t = m->wc.tp ? m->wc.tp->rank : 0, P = m->wc.pp_size;
+    int units = bert_units(c), first[65];
+    double costs[130];
+    if (c->heads % T || c->ffn % T || P > units || P > 64 || c->layers + 2 > 130) return TFB_ERR_ARG;
+    unit_costs(c, m->wc.seq_len, m->wc.masked, costs);
+    TFB_CHECK(tfb_partition(costs, units, P, first));
+    int u0 = first[m->wc.pp_rank], u1 = first[m->wc.pp_rank + 1];
+    int pad = T > 1 ? 128 * T : 1, Vp = (c->vocab + pad - 1) / pad * pad;
+    m->st = (bert_stage){.first = u0 == 0, .last = u1 == units, .l0 = u0 > 1 ? u0 - 1 : 0,
+                         .l1 = u1 - 1 < c->layers ? u1 - 1 : c->layers, .T = T, .t = t, .Vl = Vp / T};
+    if (m->st.l0 > m->st.l1) m->st.l0 = m->st.l1;
+    m->st.v0 = t * m->st.Vl;
+    m->st.valid = c->vocab - m->st.v0 < m->st.Vl ? c->vocab - m->st.v0 : m->st.Vl;
+    if (m->st.valid < 0) m->st.valid = 0;
+    m->wl.tp_rank = t;
+    m->wl.tp_size = T;
+    return TFB_OK;
+}
+
+static tfb_status alloc_host_state(bert_model *m) {
+    int L = m->cfg.layers, S = m->wc.slots;
+    m->w.layer = calloc((size_t)L, sizeof(bert_layer_w));
+    m->g.layer = calloc((size_t)L, sizeof(bert_layer_w));
+    m->slot = calloc((size_t)S, sizeof *m->slot);
+    m->busy = calloc((size_t)S, 1);
+    m->dev = calloc((size_t)S, sizeof *m->dev);
+    m->host = calloc((size_t)S, sizeof *m->host);
+    m->perm = malloc((size_t)m->wc.seq_len * sizeof(int));
+    if (!m->w.layer || !m->g.layer || !m->slot || !m->busy || !m->dev || !m->host || !m->perm) return TFB_ERR_NOMEM;
+    for (int i = 0; i < S; i++)
+        if (!(m->slot[i].layer = calloc((size_t)L, sizeof(bert_layer_acts)))) return TFB_ERR_NOMEM;
+    return TFB_OK;
+}
+
+static void init_ctx(bert_model *m) {
+    const bert_config *c = &m->cfg;
+    int T = m->st.T;
+    m->ctx = (bert_ctx){.be = m->be, .gemm_type = m->wc.gemm_type, .batch = m->B, .seq = m->wc.seq_len,
+                        .hidden = c->hidden, .heads = c->heads / T, .ffn = c->ffn / T,
+                        .head_dim = c->hidden / c->heads, .heads_total = c->heads, .tp_rank = m->st.t,
+                        .tp = m->wc.tp, .wl = &m->wl, .dropout = m->wc.dropout, .seed = m->wc.seed,
+                        .sample0 = (uint64_t)m->wc.sample0};
 }
 
 tfb_status bert_create(const bert_config *c, const tfb_workload_config *wc, tfb_backend *be, tfb_workload **out) {
@@ -447,20 +725,17 @@ tfb_status bert_create(const bert_config *c, const tfb_workload_config *wc, tfb_
     TFB_CHECK_ALLOC(m);
     m->cfg = *c;
     m->wc = *wc;
+    if (m->wc.slots < 1) m->wc.slots = 1;
+    if (m->wc.pp_size < 1) m->wc.pp_size = 1;
     m->be = be;
     m->B = wc->local_batch;
     m->N = wc->local_batch * wc->seq_len;
     m->M = wc->local_batch * wc->masked;
-    m->wl.numel = bert_param_count(c);
     m->wl.gemm_type = wc->gemm_type;
-    m->ctx = (bert_ctx){.be = be, .gemm_type = wc->gemm_type, .batch = m->B, .seq = wc->seq_len,
-                        .hidden = c->hidden, .heads = c->heads, .ffn = c->ffn, .dropout = wc->dropout,
-                        .seed = wc->seed, .sample0 = (uint64_t)wc->sample0};
-    m->w.layer = calloc((size_t)c->layers, sizeof(bert_layer_w));
-    m->g.layer = calloc((size_t)c->layers, sizeof(bert_layer_w));
-    m->a.layer = calloc((size_t)c->layers, sizeof(bert_layer_acts));
-    m->perm = malloc((size_t)wc->seq_len * sizeof(int));
-    tfb_status st = m->w.layer && m->g.layer && m->a.layer && m->perm ? plan_all(m) : TFB_ERR_NOMEM;
+    tfb_status st = place_stage(m);
+    if (st == TFB_OK) st = alloc_host_state(m);
+    init_ctx(m);
+    if (st == TFB_OK) st = plan_all(m);
     if (st == TFB_OK) st = bind_params(m);
     m->ctx.master_base = m->wl.param_pool;
     if (st == TFB_OK) st = tfb_workload_init_params(&m->wl, be, init_tensor, &m->wc.seed);

@@ -1,7 +1,7 @@
 /* bert.h — BERT pre-training (post-LN encoder, MLM head tied to the word embedding, NSP head) as a workload.
  *
- * Shapes follow google-research/bert; see bert.c for the kernel sequence. This header does not know about ranks:
- * the data-parallel split arrives as tfb_workload_config.local_batch and sample0.
+ * Shapes follow google-research/bert; see bert.c for the kernel sequence. The data-parallel split arrives as
+ * tfb_workload_config.local_batch and sample0, the tensor group and pipeline stage as its tp, pp_size, pp_rank.
  */
 #ifndef TFB_BERT_H
 #define TFB_BERT_H
@@ -17,6 +17,8 @@ typedef struct {
 const bert_config *bert_config_find(const char *name);
 /* "bert-tiny, bert-mini, ..." */
 const char *bert_config_names(void);
+/* Units a pipeline can place: embeddings, each layer, heads. */
+int bert_units(const bert_config *c);
 /* Parameter count including the pre-training heads. */
 size_t bert_param_count(const bert_config *c);
 /* Training FLOPs per sequence: 3 x forward, 2 FLOPs per multiply-add, MLM on masked positions only. */

@@ -5,6 +5,8 @@
  */
 #include <math.h>
 #include "bert_layer.h"
+#include "clock.h"
+#include "workload.h"
 
 enum { SITE_ATT = 0, SITE_ATTN_OUT = 1, SITE_FFN_OUT = 2 };
 
@@ -61,35 +63,80 @@ tfb_status bert_linear_bwd(const bert_ctx *c, float *din, float *dw, float *db, 
                            const float *w, int n, int in_f, int out_f) {
     const void *dy, *x;
     TFB_CHECK(lp_act(c, 0, dout, (size_t)n * out_f, &dy));
-    TFB_CHECK(lp_act(c, 1, in, (size_t)n * in_f, &x));
     if (din) TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, in_f, 0, 1));
+    if (!dw) return TFB_OK;
+    TFB_CHECK(lp_act(c, 1, in, (size_t)n * in_f, &x));
     TFB_CHECK(gemm(c, 1, 0, out_f, in_f, n, dy, out_f, 0, x, in_f, 0, 1.0f, dw, in_f, 0, 1));
     if (db) TFB_CHECK(c->be->bias_grad(c->be->ctx, db, dout, n, out_f));
     return TFB_OK;
 }
 
+int bert_ctx_local_width(const bert_ctx *c) {
+    return c->heads * (c->head_dim ? c->head_dim : c->hidden / c->heads);
+}
+
+static int has_group(const bert_ctx *c) { return c->tp && c->tp->size > 1; }
+
+tfb_status bert_row_parallel_fwd(const bert_ctx *c, float *out, const float *in, const float *w, const float *b,
+                                 int n, int in_f, int out_f) {
+    if (!has_group(c)) return bert_linear_fwd(c, out, in, w, b, n, in_f, out_f);
+    TFB_CHECK(bert_linear_fwd(c, out, in, w, NULL, n, in_f, out_f));
+    TFB_CHECK(tfb_workload_tp_allreduce(c->wl, c->tp, out, (size_t)n * out_f, TFB_SUM));
+    return c->be->bias_add(c->be->ctx, out, b, n, out_f);
+}
+
+tfb_status bert_col_parallel_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout,
+                                 const float *in, const float *w, int n, int in_f, int out_f) {
+    if (!has_group(c)) return bert_linear_bwd(c, din, dw, db, dout, in, w, n, in_f, out_f);
+    TFB_CHECK(bert_linear_bwd(c, din, NULL, NULL, dout, in, w, n, in_f, out_f));
+    TFB_CHECK(c->be->sync(c->be->ctx));
+    tfb_comm_request *req = NULL;
+    double t0 = tfb_clock_s();
+    TFB_CHECK(c->tp->iallreduce(c->tp, din, (size_t)n * in_f, TFB_COMM_F32, TFB_SUM, &req));
+    c->wl->tp_comm_s += tfb_clock_s() - t0;
+    TFB_CHECK(bert_linear_bwd(c, NULL, dw, db, dout, in, w, n, in_f, out_f));
+    t0 = tfb_clock_s();
+    TFB_CHECK(c->tp->wait(c->tp, req));
+    c->wl->tp_comm_s += tfb_clock_s() - t0;
+    c->wl->tp_bus_bytes += 2.0 * (c->tp->size - 1) / c->tp->size * (double)n * in_f * sizeof(float);
+    return TFB_OK;
+}
+
 static uint32_t site_of(int layer, int place) { return (uint32_t)(layer + 1) * 8u + (uint32_t)place; }
 
-/* ctx (N, H) = Dropout(softmax(Q K^T * scale)) V per sample and head; saves att and att_d. */
+/* Dropout of attention probabilities, sample by sample: this rank's heads sit at global head tp_rank * A. */
+static tfb_status attention_dropout(const bert_ctx *c, int layer, float *out, const float *in, int bwd) {
+    int s = c->seq, A = c->heads, At = c->heads_total ? c->heads_total : A;
+    size_t per_sample = (size_t)A * s * s;
+    for (int b = 0; b < c->batch; b++) {
+        uint64_t elem0 = ((c->sample0 + (uint64_t)b) * At + (uint64_t)c->tp_rank * A) * s * s;
+        tfb_dropout_key k = bert_dropout_key(c, site_of(layer, SITE_ATT), elem0);
+        size_t o = b * per_sample;
+        if (bwd) TFB_CHECK(c->be->dropout_bwd(c->be->ctx, out + o, in + o, per_sample, c->dropout, k));
+        else TFB_CHECK(c->be->dropout_fwd(c->be->ctx, out + o, in + o, per_sample, c->dropout, k));
+    }
+    return TFB_OK;
+}
+
+/* ctx (N, Hl) = Dropout(softmax(Q K^T * scale)) V per sample and head; saves att and att_d. */
 static tfb_status attention_fwd(const bert_ctx *c, int layer, bert_layer_acts *a) {
-    int s = c->seq, H = c->hidden, A = c->heads, d = H / A;
+    int s = c->seq, W = bert_ctx_local_width(c), A = c->heads, d = W / A;
     size_t att_n = (size_t)c->batch * A * s * s, per_sample = (size_t)A * s * s;
     const void *qkv, *att_d;
-    TFB_CHECK(lp_act(c, 0, a->qkv, (size_t)c->batch * s * 3 * H, &qkv));
+    TFB_CHECK(lp_act(c, 0, a->qkv, (size_t)c->batch * s * 3 * W, &qkv));
     for (int b = 0; b < c->batch; b++) {
-        size_t row0 = (size_t)b * s * 3 * H;
-        TFB_CHECK(gemm(c, 0, 1, s, s, d, at(c, qkv, row0), 3 * H, d, at(c, qkv, row0 + H), 3 * H, d, 0.0f,
+        size_t row0 = (size_t)b * s * 3 * W;
+        TFB_CHECK(gemm(c, 0, 1, s, s, d, at(c, qkv, row0), 3 * W, d, at(c, qkv, row0 + W), 3 * W, d, 0.0f,
                        a->att + b * per_sample, s, (long long)s * s, A));
     }
     TFB_CHECK(c->be->softmax_fwd(c->be->ctx, a->att, a->att, c->batch * A * s, s, 1.0f / sqrtf((float)d),
                                  c->key_len, A * s));
-    TFB_CHECK(c->be->dropout_fwd(c->be->ctx, a->att_d, a->att, att_n, c->dropout,
-                                 bert_dropout_key(c, site_of(layer, SITE_ATT), c->sample0 * per_sample)));
+    TFB_CHECK(attention_dropout(c, layer, a->att_d, a->att, 0));
     TFB_CHECK(lp_act(c, 1, a->att_d, att_n, &att_d));
     for (int b = 0; b < c->batch; b++) {
-        size_t row0 = (size_t)b * s * 3 * H;
+        size_t row0 = (size_t)b * s * 3 * W;
         TFB_CHECK(gemm(c, 0, 0, s, d, s, at(c, att_d, b * per_sample), s, (long long)s * s,
-                       at(c, qkv, row0 + 2 * H), 3 * H, d, 0.0f, a->ctx + (size_t)b * s * H, H, d, A));
+                       at(c, qkv, row0 + 2 * W), 3 * W, d, 0.0f, a->ctx + (size_t)b * s * W, W, d, A));
     }
     return TFB_OK;
 }
@@ -105,48 +152,47 @@ static tfb_status residual_ln_fwd(const bert_ctx *c, uint32_t site, float *proj,
 }
 
 tfb_status bert_layer_fwd(const bert_ctx *c, int layer, const bert_layer_w *w, const float *x, bert_layer_acts *a) {
-    int N = c->batch * c->seq, H = c->hidden, F = c->ffn;
+    int N = c->batch * c->seq, H = c->hidden, F = c->ffn, W = bert_ctx_local_width(c);
     float *proj = a->y; /* y is written last: use it as the projection buffer first */
-    TFB_CHECK(bert_linear_fwd(c, a->qkv, x, w->qkv_w, w->qkv_b, N, H, 3 * H));
+    TFB_CHECK(bert_linear_fwd(c, a->qkv, x, w->qkv_w, w->qkv_b, N, H, 3 * W));
     TFB_CHECK(attention_fwd(c, layer, a));
-    TFB_CHECK(bert_linear_fwd(c, proj, a->ctx, w->ao_w, w->ao_b, N, H, H));
+    TFB_CHECK(bert_row_parallel_fwd(c, proj, a->ctx, w->ao_w, w->ao_b, N, W, H));
     TFB_CHECK(residual_ln_fwd(c, site_of(layer, SITE_ATTN_OUT), proj, x, a->h1, a->ln1_mean, a->ln1_rstd, a->x1,
                               w->ln1_g, w->ln1_b));
     TFB_CHECK(bert_linear_fwd(c, a->u, a->x1, w->ff1_w, w->ff1_b, N, H, F));
     TFB_CHECK(c->be->act_fwd(c->be->ctx, TFB_ACT_GELU, a->g, a->u, (size_t)N * F));
-    TFB_CHECK(bert_linear_fwd(c, proj, a->g, w->ff2_w, w->ff2_b, N, F, H));
+    TFB_CHECK(bert_row_parallel_fwd(c, proj, a->g, w->ff2_w, w->ff2_b, N, F, H));
     TFB_CHECK(residual_ln_fwd(c, site_of(layer, SITE_FFN_OUT), proj, a->x1, a->h2, a->ln2_mean, a->ln2_rstd, proj,
                               w->ln2_g, w->ln2_b));
     return TFB_OK;
 }
 
-/* From dctx (N, H) to dqkv (N, 3H), through the saved att and att_d. */
+/* From dctx (N, Hl) to dqkv (N, 3Hl), through the saved att and att_d. */
 static tfb_status attention_bwd(const bert_ctx *c, int layer, const bert_layer_acts *a, const float *dctx,
                                 const bert_layer_scratch *s) {
-    int S = c->seq, H = c->hidden, A = c->heads, d = H / A;
+    int S = c->seq, W = bert_ctx_local_width(c), A = c->heads, d = W / A;
     size_t att_n = (size_t)c->batch * A * S * S, per_sample = (size_t)A * S * S;
     const void *qkv, *dc, *att_d, *datt;
-    TFB_CHECK(lp_act(c, 0, a->qkv, (size_t)c->batch * S * 3 * H, &qkv));
-    TFB_CHECK(lp_act(c, 1, dctx, (size_t)c->batch * S * H, &dc));
+    TFB_CHECK(lp_act(c, 0, a->qkv, (size_t)c->batch * S * 3 * W, &qkv));
+    TFB_CHECK(lp_act(c, 1, dctx, (size_t)c->batch * S * W, &dc));
     TFB_CHECK(lp_act(c, 2, a->att_d, att_n, &att_d));
     for (int b = 0; b < c->batch; b++) {
-        size_t row0 = (size_t)b * S * 3 * H, crow = (size_t)b * S * H;
-        TFB_CHECK(gemm(c, 0, 1, S, S, d, at(c, dc, crow), H, d, at(c, qkv, row0 + 2 * H), 3 * H, d, 0.0f,
+        size_t row0 = (size_t)b * S * 3 * W, crow = (size_t)b * S * W;
+        TFB_CHECK(gemm(c, 0, 1, S, S, d, at(c, dc, crow), W, d, at(c, qkv, row0 + 2 * W), 3 * W, d, 0.0f,
                        s->datt + b * per_sample, S, (long long)S * S, A));
-        TFB_CHECK(gemm(c, 1, 0, S, d, S, at(c, att_d, b * per_sample), S, (long long)S * S, at(c, dc, crow), H, d,
-                       0.0f, s->dqkv + row0 + 2 * H, 3 * H, d, A));
+        TFB_CHECK(gemm(c, 1, 0, S, d, S, at(c, att_d, b * per_sample), S, (long long)S * S, at(c, dc, crow), W, d,
+                       0.0f, s->dqkv + row0 + 2 * W, 3 * W, d, A));
     }
-    TFB_CHECK(c->be->dropout_bwd(c->be->ctx, s->datt, s->datt, att_n, c->dropout,
-                                 bert_dropout_key(c, site_of(layer, SITE_ATT), c->sample0 * per_sample)));
+    TFB_CHECK(attention_dropout(c, layer, s->datt, s->datt, 1));
     TFB_CHECK(c->be->softmax_bwd(c->be->ctx, s->datt, s->datt, a->att, c->batch * A * S, S,
                                  1.0f / sqrtf((float)d)));
     TFB_CHECK(lp_act(c, 2, s->datt, att_n, &datt));
     for (int b = 0; b < c->batch; b++) {
-        size_t row0 = (size_t)b * S * 3 * H;
-        TFB_CHECK(gemm(c, 0, 0, S, d, S, at(c, datt, b * per_sample), S, (long long)S * S, at(c, qkv, row0 + H),
-                       3 * H, d, 0.0f, s->dqkv + row0, 3 * H, d, A));
-        TFB_CHECK(gemm(c, 1, 0, S, d, S, at(c, datt, b * per_sample), S, (long long)S * S, at(c, qkv, row0), 3 * H,
-                       d, 0.0f, s->dqkv + row0 + H, 3 * H, d, A));
+        size_t row0 = (size_t)b * S * 3 * W;
+        TFB_CHECK(gemm(c, 0, 0, S, d, S, at(c, datt, b * per_sample), S, (long long)S * S, at(c, qkv, row0 + W),
+                       3 * W, d, 0.0f, s->dqkv + row0, 3 * W, d, A));
+        TFB_CHECK(gemm(c, 1, 0, S, d, S, at(c, datt, b * per_sample), S, (long long)S * S, at(c, qkv, row0), 3 * W,
+                       d, 0.0f, s->dqkv + row0 + W, 3 * W, d, A));
     }
     return TFB_OK;
 }
@@ -154,7 +200,7 @@ static tfb_status attention_bwd(const bert_ctx *c, int layer, const bert_layer_a
 tfb_status bert_layer_bwd(const bert_ctx *c, int layer, const bert_layer_w *w, const bert_layer_w *dw,
                           const float *x, const bert_layer_acts *a, const bert_layer_scratch *s, float *grad) {
     tfb_backend *be = c->be;
-    int N = c->batch * c->seq, H = c->hidden, F = c->ffn;
+    int N = c->batch * c->seq, H = c->hidden, F = c->ffn, W = bert_ctx_local_width(c);
     size_t nh = (size_t)N * H, elem0 = c->sample0 * (size_t)c->seq * H;
     /* grad holds dy; t1 <- dh2 */
     TFB_CHECK(be->layernorm_bwd(be->ctx, s->t1, dw->ln2_g, dw->ln2_b, grad, a->h2, a->ln2_mean, a->ln2_rstd,
@@ -163,14 +209,14 @@ tfb_status bert_layer_bwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
                               bert_dropout_key(c, site_of(layer, SITE_FFN_OUT), elem0)));
     TFB_CHECK(bert_linear_bwd(c, s->dff, dw->ff2_w, dw->ff2_b, s->t2, a->g, w->ff2_w, N, F, H));
     TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_GELU, s->dff, s->dff, a->u, (size_t)N * F));
-    TFB_CHECK(bert_linear_bwd(c, s->t2, dw->ff1_w, dw->ff1_b, s->dff, a->x1, w->ff1_w, N, H, F));
+    TFB_CHECK(bert_col_parallel_bwd(c, s->t2, dw->ff1_w, dw->ff1_b, s->dff, a->x1, w->ff1_w, N, H, F));
     TFB_CHECK(be->residual_add(be->ctx, s->t1, s->t1, s->t2, nh)); /* t1 <- dx1 */
     TFB_CHECK(be->layernorm_bwd(be->ctx, s->t2, dw->ln1_g, dw->ln1_b, s->t1, a->h1, a->ln1_mean, a->ln1_rstd,
                                 w->ln1_g, N, H)); /* t2 <- dh1 */
     TFB_CHECK(be->dropout_bwd(be->ctx, s->t1, s->t2, nh, c->dropout,
                               bert_dropout_key(c, site_of(layer, SITE_ATTN_OUT), elem0)));
-    TFB_CHECK(bert_linear_bwd(c, grad, dw->ao_w, dw->ao_b, s->t1, a->ctx, w->ao_w, N, H, H)); /* grad <- dctx */
+    TFB_CHECK(bert_linear_bwd(c, grad, dw->ao_w, dw->ao_b, s->t1, a->ctx, w->ao_w, N, W, H)); /* grad <- dctx */
     TFB_CHECK(attention_bwd(c, layer, a, grad, s));
-    TFB_CHECK(bert_linear_bwd(c, s->t1, dw->qkv_w, dw->qkv_b, s->dqkv, x, w->qkv_w, N, H, 3 * H));
+    TFB_CHECK(bert_col_parallel_bwd(c, s->t1, dw->qkv_w, dw->qkv_b, s->dqkv, x, w->qkv_w, N, H, 3 * W));
     return be->residual_add(be->ctx, grad, s->t1, s->t2, nh);
 }

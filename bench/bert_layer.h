@@ -6,16 +6,31 @@
  *   h2 = x1 + Dropout(GELU(x1 W1^T + b1) W2^T + b2);  y = LN2(h2).
  * Mixed precision: every GEMM operand is cast to ctx->gemm_type (weights from the 16-bit copy kept in step with the
  * FP32 masters, activations into scratch slots); everything else is FP32. This file allocates nothing.
+ *
+ * Tensor parallelism (Megatron-LM): a rank holds whole heads of Wqkv and rows of W1 (column-parallel) and the
+ * matching columns of Wo and W2 (row-parallel); the outputs of Wo and W2 are summed over the tensor group before
+ * their bias (the "g" operator, two all-reduces forward), and the input gradients of Wqkv and W1 likewise (the
+ * "f" operator, two backward, each started before the weight-gradient GEMM and completed after it). Everything
+ * between the all-reduces (LayerNorm, residuals, their dropout) is computed identically on every rank. Attention
+ * dropout counters use the global head index, so the masks are those of the single-device run.
  */
 #ifndef TFB_BERT_LAYER_H
 #define TFB_BERT_LAYER_H
 #include <stdint.h>
 #include "../kernels/backend.h"
+#include "comm.h"
 
+struct tfb_workload;
 typedef struct {
     tfb_backend *be;
     tfb_dtype gemm_type;
-    int batch, seq, hidden, heads, ffn;  /* batch: samples on this rank */
+    int batch, seq, hidden;  /* batch: samples in this micro-batch; hidden: the model width H */
+    int heads, ffn;          /* heads and FFN width held by this rank (all of them without tensor parallelism) */
+    int head_dim;            /* 0: hidden / heads */
+    int heads_total;         /* heads of the whole layer (0: heads) */
+    int tp_rank;             /* this rank's place in the tensor group: its first head is tp_rank * heads */
+    tfb_comm *tp;            /* the tensor group, or NULL */
+    struct tfb_workload *wl; /* where tensor-group time is counted (tp_comm_s); may be NULL without a group */
     float dropout;
     uint64_t seed;
     int step;
@@ -27,16 +42,17 @@ typedef struct {
     const uint16_t *lp_weights;
 } bert_ctx;
 
+/* Shapes on one rank of a tensor group of T: Hl = H / T (its heads' width), Fl = F / T. */
 typedef struct {
-    float *qkv_w;   /* (3H, H) rows: Q heads, then K heads, then V heads */
-    float *qkv_b;   /* (3H) */
-    float *ao_w;    /* (H, H) attention output projection */
+    float *qkv_w;   /* (3Hl, H) rows: this rank's Q heads, then its K heads, then its V heads */
+    float *qkv_b;   /* (3Hl) */
+    float *ao_w;    /* (H, Hl) attention output projection, this rank's columns */
     float *ao_b;    /* (H) */
     float *ln1_g;   /* (H) */
     float *ln1_b;   /* (H) */
-    float *ff1_w;   /* (F, H) */
-    float *ff1_b;   /* (F) */
-    float *ff2_w;   /* (H, F) */
+    float *ff1_w;   /* (Fl, H) */
+    float *ff1_b;   /* (Fl) */
+    float *ff2_w;   /* (H, Fl) */
     float *ff2_b;   /* (H) */
     float *ln2_g;   /* (H) */
     float *ln2_b;   /* (H) */
@@ -44,16 +60,16 @@ typedef struct {
 
 /* What forward saves for backward. N = batch * seq tokens, A = heads, s = seq. */
 typedef struct {
-    float *qkv;      /* (N, 3H) */
-    float *att;      /* (batch, A, s, s) softmax output */
+    float *qkv;      /* (N, 3Hl) */
+    float *att;      /* (batch, A, s, s) softmax output, A: this rank's heads */
     float *att_d;    /* (batch, A, s, s) after attention dropout */
-    float *ctx;      /* (N, H) attention context, heads concatenated */
+    float *ctx;      /* (N, Hl) attention context, heads concatenated */
     float *h1;       /* (N, H) LN1 input */
     float *ln1_mean; /* (N) */
     float *ln1_rstd; /* (N) */
     float *x1;       /* (N, H) LN1 output */
-    float *u;        /* (N, F) FFN up-projection before GELU */
-    float *g;        /* (N, F) GELU output */
+    float *u;        /* (N, Fl) FFN up-projection before GELU */
+    float *g;        /* (N, Fl) GELU output */
     float *h2;       /* (N, H) LN2 input */
     float *ln2_mean; /* (N) */
     float *ln2_rstd; /* (N) */
@@ -63,18 +79,28 @@ typedef struct {
 /* Backward work buffers shared by all layers. */
 typedef struct {
     float *t1, *t2;  /* (N, H) each */
-    float *dqkv;     /* (N, 3H) */
+    float *dqkv;     /* (N, 3Hl) */
     float *datt;     /* (batch, A, s, s) */
-    float *dff;      /* (N, F) */
+    float *dff;      /* (N, Fl) */
 } bert_layer_scratch;
 
-/* Elements of each scratch slot lp[i] the layer needs (the largest activation operand). */
+/* Elements of each scratch slot lp[i] the layer needs (the largest activation operand); heads and ffn local. */
 size_t bert_layer_lp_elems(int batch, int seq, int hidden, int heads, int ffn);
+/* Width of this rank's heads (Hl). */
+int bert_ctx_local_width(const bert_ctx *c);
+/* out (n, out_f) = sum over the tensor group of in (n, in_f) W^T, then + b: a row-parallel linear layer. */
+tfb_status bert_row_parallel_fwd(const bert_ctx *c, float *out, const float *in, const float *w, const float *b,
+                                 int n, int in_f, int out_f);
+/* Backward of a column-parallel linear layer: din (n, in_f) summed over the group (started before the weight
+ * gradient, completed after it); dW and db accumulate this rank's rows. */
+tfb_status bert_col_parallel_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout,
+                                 const float *in, const float *w, int n, int in_f, int out_f);
 
 /* out (n, out_f) = in (n, in_f) W^T + b; W (out_f, in_f); b may be NULL. */
 tfb_status bert_linear_fwd(const bert_ctx *c, float *out, const float *in, const float *w, const float *b, int n,
                            int in_f, int out_f);
-/* din (n, in_f) = dout W (skipped when din is NULL); dW += dout^T in; db += colsum(dout) (skipped when NULL). */
+/* din (n, in_f) = dout W (skipped when din is NULL); dW += dout^T in and db += colsum(dout) (skipped when dw is
+ * NULL; db also when db is NULL). */
 tfb_status bert_linear_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const float *in,
                            const float *w, int n, int in_f, int out_f);
 

@@ -31,8 +31,12 @@ struct tfb_comm {
     tfb_status (*bcast)(tfb_comm *c, void *buf, size_t n, tfb_comm_type t, int root);
     tfb_status (*send)(tfb_comm *c, const void *buf, size_t n, tfb_comm_type t, int peer, int tag);
     tfb_status (*recv)(tfb_comm *c, void *buf, size_t n, tfb_comm_type t, int peer, int tag);
+    /* sends ns elements to `to` while receiving nr from `from` (either peer may be the other end of a pair doing
+     * the mirror image, so pipeline stages can swap activations and gradients without deadlock) */
+    tfb_status (*sendrecv)(tfb_comm *c, const void *send, size_t ns, int to, void *recv, size_t nr, int from,
+                           tfb_comm_type t, int tag);
     tfb_status (*barrier)(tfb_comm *c);
-    /* a sub-communicator of the ranks passing the same color, ordered by key */
+    /* a sub-communicator of the ranks passing the same color (>= 0), ordered by key; *out = NULL for color < 0 */
     tfb_status (*split)(tfb_comm *c, int color, int key, tfb_comm **out);
     /* ends every rank of the job (a rank-local failure must not leave peers waiting in a collective) */
     void (*abort)(tfb_comm *c, int code);

@@ -111,6 +111,14 @@ static tfb_status mpi_recv(tfb_comm *c, void *buf, size_t n, tfb_comm_type t, in
     return TFB_OK;
 }
 
+static tfb_status mpi_sendrecv(tfb_comm *c, const void *send, size_t ns, int to, void *recv, size_t nr, int from,
+                               tfb_comm_type t, int tag) {
+    if (ns > MPI_PIECE || nr > MPI_PIECE) return TFB_ERR_ARG;
+    TFB_CHECK_MPI(MPI_Sendrecv(send, (int)ns, mpi_type(t), to, tag, recv, (int)nr, mpi_type(t), from, tag,
+                               comm_of(c), MPI_STATUS_IGNORE));
+    return TFB_OK;
+}
+
 static tfb_status mpi_barrier(tfb_comm *c) {
     TFB_CHECK_MPI(MPI_Barrier(comm_of(c)));
     return TFB_OK;
@@ -122,7 +130,8 @@ static tfb_status comm_wrap(MPI_Comm mc, tfb_comm **out);
 
 static tfb_status mpi_split(tfb_comm *c, int color, int key, tfb_comm **out) {
     MPI_Comm sub;
-    TFB_CHECK_MPI(MPI_Comm_split(comm_of(c), color, key, &sub));
+    TFB_CHECK_MPI(MPI_Comm_split(comm_of(c), color < 0 ? MPI_UNDEFINED : color, key, &sub));
+    if (sub == MPI_COMM_NULL) { *out = NULL; return TFB_OK; }
     return comm_wrap(sub, out);
 }
 
@@ -144,6 +153,7 @@ static tfb_status comm_wrap(MPI_Comm mc, tfb_comm **out) {
     *c = (tfb_comm){.rank = rank, .size = size, .ctx = ctx, .allreduce = mpi_allreduce,
                     .iallreduce = mpi_iallreduce, .test = mpi_test, .wait = mpi_wait, .allgather = mpi_allgather,
                     .reduce_scatter = mpi_reduce_scatter, .bcast = mpi_bcast, .send = mpi_send, .recv = mpi_recv,
+                    .sendrecv = mpi_sendrecv,
                     .barrier = mpi_barrier, .split = mpi_split, .abort = mpi_abort, .destroy = mpi_destroy};
     *out = c;
     return TFB_OK;

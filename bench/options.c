@@ -31,7 +31,13 @@ static const opt_spec OPTS[] = {
     {"--steps", OPT_INT, F(steps), "50", 1, 1 << 30, "timed steps per trial"},
     {"--warmup", OPT_INT0, F(warmup), "10", 0, 1 << 30, "untimed warm-up steps"},
     {"--trials", OPT_INT, F(trials), "1", 1, 1000, "timed windows (a confidence interval needs >= 2)"},
-    {"--parallel", OPT_STR, F(parallel), "data", 0, 0, "data (tensor and pipeline come later)"},
+    {"--parallel", OPT_STR, F(parallel), "compare", 0, 0, "compare (each strategy at 1, 2, 4 .. ranks, one table)|data|tensor|pipeline"},
+    {"--dp", OPT_INT0, F(dp), "0", 0, 1 << 20, "hybrid layout: data-parallel replicas (dp x tp x pp = ranks)"},
+    {"--tp", OPT_INT0, F(tp), "0", 0, 1 << 20, "hybrid layout: tensor-parallel group size"},
+    {"--pp", OPT_INT0, F(pp), "0", 0, 1 << 20, "hybrid layout: pipeline stages"},
+    {"--microbatches", OPT_INT0, F(microbatches), "0", 0, 1 << 20, "micro-batches per step and replica, >= 1 (0: 4 on pipelines when the batch divides, else 1)"},
+    {"--schedule", OPT_STR, F(schedule), "1f1b", 0, 0, "pipeline schedule: gpipe|1f1b"},
+    {"--balance", OPT_STR, F(balance), "flops", 0, 0, "pipeline stage balance: flops (units' forward FLOPs)"},
     {"--scaling", OPT_STR, F(scaling), "weak", 0, 0, "weak: --batch per rank; strong: --batch is the global batch"},
     {"--bucket-mb", OPT_NUM, F(bucket_mb), "25", 0.001, 65536, "gradient all-reduce bucket size in MiB"},
     {"--dropout", OPT_NUM, F(dropout), "0.1", 0, 0.95, "dropout probability"},
@@ -50,6 +56,7 @@ static const opt_spec OPTS[] = {
     {"--inject-nan", OPT_INT0, F(inject_nan), "-1", -1, 1 << 30, "test hook: put a NaN into the last rank's gradients at this step"},
     {"--inject-hang", OPT_INT0, F(inject_hang), "-1", -1, 1 << 30, "test hook: the last rank stalls at this step"},
     {"--inject-failure", OPT_INT0, F(inject_failure), "-1", -1, 1 << 30, "test hook: the last rank fails alone at this step"},
+    {"--format", OPT_STR, F(format), "table", 0, 0, "table|csv: what is printed at the end (the JSON file holds everything)"},
     {"--progress", OPT_STR, F(progress), "auto", 0, 0, "auto|on|off: one updating line on stderr (auto: when a terminal)"},
     {"--loss-scale", OPT_NUM, F(loss_scale), "65536", 1, 1e30, "initial FP16 loss scale"},
     {"--loss-scale-window", OPT_INT, F(loss_scale_window), "2000", 1, 1 << 30, "clean FP16 steps before the scale doubles"},
@@ -104,10 +111,24 @@ static tfb_status check_choice(const char *flag, const char *v, const char *cons
     return TFB_ERR_ARG;
 }
 
+/* --dp/--tp/--pp name an explicit layout; --parallel names a pure one; both at once is ambiguous. */
+static tfb_status check_layout(tfb_options *o, char *err, size_t n) {
+    int hybrid = o->dp || o->tp || o->pp;
+    o->compare = !hybrid && strcmp(o->parallel, "compare") == 0;
+    if (hybrid && strcmp(o->parallel, "compare") != 0) {
+        snprintf(err, n, "--parallel: give either --parallel %s or --dp/--tp/--pp, not both", o->parallel);
+        return TFB_ERR_ARG;
+    }
+    if (hybrid) snprintf(o->parallel, sizeof o->parallel, "hybrid");
+    return TFB_OK;
+}
+
 static tfb_status check_options(tfb_options *o, char *err, size_t n) {
-    static const char *const prec[] = {"fp32", "fp16", "bf16", NULL}, *const par[] = {"data", NULL},
+    static const char *const prec[] = {"fp32", "fp16", "bf16", NULL}, *const par[] = {"compare", "data", "tensor", "pipeline", NULL},
+                             *const sched[] = {"gpipe", "1f1b", NULL}, *const bal[] = {"flops", NULL},
                              *const scal[] = {"weak", "strong", NULL}, *const dev[] = {"auto", "cpu", NULL},
-                             *const prog[] = {"auto", "on", "off", NULL};
+                             *const prog[] = {"auto", "on", "off", NULL},
+                             *const fmt[] = {"table", "csv", NULL};
     o->resnet = resnet_config_find(o->model) != NULL;
     if (!bert_config_find(o->model) && !o->resnet) {
         snprintf(err, n, "--model: unknown model '%s' (known: %s, %s)", o->model, bert_config_names(),
@@ -123,8 +144,12 @@ static tfb_status check_options(tfb_options *o, char *err, size_t n) {
     TFB_TRY(check_choice("--precision", o->precision, prec, err, n));
     TFB_TRY(check_choice("--parallel", o->parallel, par, err, n));
     TFB_TRY(check_choice("--scaling", o->scaling, scal, err, n));
+    TFB_TRY(check_choice("--schedule", o->schedule, sched, err, n));
+    TFB_TRY(check_choice("--balance", o->balance, bal, err, n));
+    TFB_TRY(check_layout(o, err, n));
     TFB_TRY(check_choice("--device", o->device, dev, err, n));
     TFB_TRY(check_choice("--progress", o->progress, prog, err, n));
+    TFB_TRY(check_choice("--format", o->format, fmt, err, n));
     o->gemm_type = strcmp(o->precision, "fp16") == 0 ? TFB_F16 : strcmp(o->precision, "bf16") == 0 ? TFB_BF16 : TFB_F32;
     o->strong = strcmp(o->scaling, "strong") == 0;
     if (o->masked == 0) o->masked = (o->seq_len * 20 + 64) / 128;

@@ -18,7 +18,12 @@ typedef struct {
     int batch, seq_len, masked, steps, warmup, trials;
     int resnet;              /* the model is a ResNet */
     int image_size, sync_bn;
-    char parallel[16];
+    char parallel[16];       /* compare (every strategy at every scale), data, tensor, pipeline */
+    int dp, tp, pp;          /* an explicit hybrid layout (0: not given) */
+    int microbatches;        /* 0: 4 on pipelines (fewer when the batch does not divide), else 1 */
+    char schedule[8];        /* gpipe, 1f1b */
+    char balance[8];         /* flops */
+    int compare;             /* --parallel compare */
     char scaling[8];
     int strong;              /* --scaling strong */
     double bucket_mb;
@@ -37,6 +42,7 @@ typedef struct {
     int inject_hang;         /* test hook: step at which the last rank stalls */
     double timeout;          /* seconds without progress before the watchdog ends the job */
     char progress[8];        /* auto, on, off */
+    char format[8];          /* table, csv: what rank 0 prints */
     double loss_scale;
     int loss_scale_window;
     int help, version;

@@ -5,14 +5,21 @@
  * the 3x3) are 1x1-3x3-1x1 units, basic blocks 3x3-3x3; block 0 of a stage has a projection shortcut (1x1 conv +
  * BN) when the shape changes. Parameters are pooled in forward order (torchvision's order), so backward completes
  * them from the end. Batch-norm statistics are this rank's unless sync_bn, which sums them over the data-parallel
- * group through the driver's callback (small per-channel vectors, combined on the host). This file does not time,
- * communicate directly or update parameters.
+ * group through the driver's callback (small per-channel vectors, combined on the host).
+ *
+ * Pipeline stages hold contiguous units of the row stem, blocks, head (balanced by multiply-adds), with one
+ * activation set (rn_net) per micro-batch in flight. Tensor parallelism splits every convolution's output
+ * channels (and the FC layer's classes) over the group: a rank keeps its channels of every activation, gathers
+ * the whole tensor before each convolution (all-gather) and sums the input gradients of its convolutions over the
+ * group (all-reduce) before keeping its channels again. Batch norm is per channel, so it stays exact. This file
+ * does not time, schedule micro-batches or update parameters.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "resnet.h"
+#include "clock.h"
 #include "mempool.h"
 #include "npy.h"
 #include "../kernels/philox.h"
@@ -21,14 +28,16 @@
 #define BN_MOMENTUM 0.1f
 enum { STREAM_INIT = 5, STREAM_DATA = 6 };
 
+/* Channel counts below are this rank's (K = full output channels / T); inputs are whole (C channels). */
 typedef struct {
-    tfb_conv_desc cd;          /* shapes for the local batch */
+    tfb_conv_desc cd;          /* shapes for the micro-batch: c whole, k this rank's */
     size_t w_off, g_off, b_off;/* parameter pool offsets of the filters, gamma and beta */
     float *w;                  /* (K, C, R, S) */
     float *gamma, *beta;       /* (K) */
     float *dw, *dgamma, *dbeta;
-    float *run_mean, *run_var; /* (K) running statistics (not trained) */
-    const float *x;            /* (n, C, H, W) the input seen by the last forward */
+    float *run_mean, *run_var; /* (K) running statistics (not trained), shared by every activation set */
+    const float *x;            /* (n, C, H, W) the whole input seen by the last forward */
+    float *xg;                 /* (n, C, H, W) gathered input, under tensor parallelism (not for block inputs) */
     float *z;                  /* (n, K, P, Q) convolution output */
     float *mean, *var;         /* (K) batch statistics used */
     float *y;                  /* (n, K, P, Q) batch-norm output, ReLU applied in place when relu */
@@ -40,13 +49,29 @@ typedef struct {
     int n_units;
     rn_unit proj;
     int has_proj;
-    float *out;                /* (n, Cout, P, Q) ReLU(main + shortcut) */
+    float *in_full;            /* (n, Cin, H, W) the gathered block input, under tensor parallelism */
+    float *out;                /* (n, Cout / T, P, Q) ReLU(main + shortcut) */
 } rn_block;
+
+/* One micro-batch's activations. */
+typedef struct {
+    rn_unit stem;
+    float *pooled_stem;        /* (n, stem_width / T, pool_p, pool_q) */
+    int *argmax;               /* (n, stem_width / T, pool_p, pool_q) */
+    rn_block *blocks;          /* [n_blocks], this stage's bound */
+    float *x_in;               /* (in_elems) received from the previous stage */
+    float *pooled, *pooled_full; /* (n, feat / T), (n, feat) */
+    float *logits, *xmax, *xsums, *loss; /* (n, classes_l), (n), (n, 2), (1) */
+    float *images;             /* (n, 3, image, image) */
+    int *labels;               /* (n) */
+} rn_net;
 
 typedef struct {
     tfb_param_info *table;     /* NULL while only counting */
-    int count;
+    int count, index;          /* entries kept, and parameters walked (the whole model's index) */
     size_t offset;
+    int keep;                  /* the unit being laid out belongs to this stage */
+    int T;                     /* tensor group size: filters and classes split T ways */
 } rn_layout;
 
 typedef struct {
@@ -55,35 +80,41 @@ typedef struct {
     tfb_workload wl;
     tfb_backend *be;
     int n, image, v1;
-    rn_unit stem;
+    int T, t;                  /* tensor group size and rank */
+    int u0, u1, n_units;       /* this stage: units [u0, u1) of stem (0), blocks (1..), head (last) */
+    rn_net *net;               /* [slots] */
+    unsigned char *busy;       /* [slots] */
     int pool_p, pool_q;        /* stem max-pool output size */
-    float *pooled_stem;        /* (n, stem_width, pool_p, pool_q) */
-    int *argmax;               /* (n, stem_width, pool_p, pool_q) */
-    rn_block *blocks;
     int n_blocks, feat;        /* feat: channels into the head */
+    int classes_l, classes_valid; /* classes per rank (padded) and how many of this rank's are real */
     size_t fc_w_off, fc_b_off;
-    float *fc_w, *fc_b, *dfc_w, *dfc_b; /* (classes, feat), (classes) */
-    float *pooled, *logits, *loss;      /* (n, feat), (n, classes), (1) */
-    float *images;             /* (n, 3, image, image) */
-    int *labels;               /* (n) */
+    float *fc_w, *fc_b, *dfc_w, *dfc_b; /* (classes_l, feat), (classes_l) */
     float *g[4];               /* gradient buffers of the largest activation */
+    float *gfull[2];           /* (largest whole activation) summed input gradients, tensor parallelism */
+    float *gather;             /* (largest whole activation) all-gather landing buffer */
+    const float *grad_in;      /* where the last backward left the stage's input gradient */
     float *dz;                 /* (largest activation) batch-norm input gradient */
     float *sum_dy, *sum_dy_xhat; /* (largest K) */
     float *host_stats;         /* host (4 * largest K) for synchronised batch norm */
     void *lp[2];               /* 16-bit casts of activation operands */
-    size_t max_act, max_k;
+    size_t max_act, max_full, max_k;
+    int last_slot;
     tfb_mempool pools[4];      /* parameters+gradients (+16-bit copy), activations, running stats, inputs */
 } resnet_model;
 
 /* ---- geometry and layout ---- */
 
-static void layout_take(rn_layout *lo, size_t *off, const char *name, int rows, int cols, int decay) {
-    if (lo->table) {
+static void layout_take(rn_layout *lo, size_t *off, const char *name, int full_rows, int cols, int split, int decay) {
+    int T = split ? lo->T : 1, rows = (full_rows + T - 1) / T;
+    if (lo->table && lo->keep) {
         tfb_param_info *p = &lo->table[lo->count];
         *p = (tfb_param_info){.offset = lo->offset, .numel = (size_t)rows * cols, .rows = rows, .cols = cols,
-                              .decay = decay};
+                              .decay = decay, .index = lo->index, .full_rows = full_rows, .full_cols = cols,
+                              .shard = T > 1 ? TFB_SHARD_ROWS : TFB_SHARD_NONE, .blocks = 1};
         snprintf(p->name, sizeof p->name, "%s", name);
     }
+    lo->index++;
+    if (!lo->keep) return;
     *off = lo->offset;
     lo->offset += (size_t)rows * cols;
     lo->count++;
@@ -93,15 +124,15 @@ static void unit_init(rn_unit *u, rn_layout *lo, const char *name, int n, int c,
                       int relu) {
     char buf[64];
     int pad = r / 2, p = (h + 2 * pad - r) / stride + 1;
-    u->cd = (tfb_conv_desc){.n = n, .c = c, .h = h, .w = h, .k = k, .r = r, .s = r, .stride = stride, .pad = pad,
-                            .p = p, .q = p, .layout = TFB_NCHW, .in_type = TFB_F32};
+    u->cd = (tfb_conv_desc){.n = n, .c = c, .h = h, .w = h, .k = k / lo->T, .r = r, .s = r, .stride = stride,
+                            .pad = pad, .p = p, .q = p, .layout = TFB_NCHW, .in_type = TFB_F32};
     u->relu = relu;
     snprintf(buf, sizeof buf, "%s.conv.weight", name);
-    layout_take(lo, &u->w_off, buf, k, c * r * r, 1);
+    layout_take(lo, &u->w_off, buf, k, c * r * r, 1, 1);
     snprintf(buf, sizeof buf, "%s.bn.gamma", name);
-    layout_take(lo, &u->g_off, buf, k, 1, 0);
+    layout_take(lo, &u->g_off, buf, k, 1, 1, 0);
     snprintf(buf, sizeof buf, "%s.bn.beta", name);
-    layout_take(lo, &u->b_off, buf, k, 1, 0);
+    layout_take(lo, &u->b_off, buf, k, 1, 1, 0);
 }
 
 /* Block `name` from c_in channels at h x h; returns its output channels, *h updated. */
@@ -139,23 +170,26 @@ static int count_blocks(const resnet_config *c) {
     return nb;
 }
 
-/* Builds every unit's shapes and parameter offsets; the FC layer last. */
-static void build(resnet_model *m, rn_layout *lo) {
+/* Builds every unit's shapes into `net` and this stage's parameter offsets (units [u0, u1)); the FC layer last. */
+static void build(resnet_model *m, rn_net *net, rn_layout *lo) {
     const resnet_config *c = &m->cfg;
-    unit_init(&m->stem, lo, "stem", m->n, 3, m->image, c->stem_width, c->stem_kernel, c->stem_stride, 1);
-    int h = m->stem.cd.p, ch = c->stem_width, b = 0;
+    lo->keep = m->u0 == 0;
+    unit_init(&net->stem, lo, "stem", m->n, 3, m->image, c->stem_width, c->stem_kernel, c->stem_stride, 1);
+    int h = net->stem.cd.p, ch = c->stem_width, b = 0;
     if (c->stem_pool) h = (h + 2 - 3) / 2 + 1;
     m->pool_p = m->pool_q = h;
     for (int s = 0; s < c->stages; s++)
-        for (int i = 0; i < c->blocks[s]; i++) {
+        for (int i = 0; i < c->blocks[s]; i++, b++) {
             char name[32];
             snprintf(name, sizeof name, "stage%d.block%d", s + 1, i);
-            ch = block_init(&m->blocks[b++], lo, c, name, m->n, ch, &h, c->widths[s], i == 0 && s > 0 ? 2 : 1,
+            lo->keep = 1 + b >= m->u0 && 1 + b < m->u1;
+            ch = block_init(&net->blocks[b], lo, c, name, m->n, ch, &h, c->widths[s], i == 0 && s > 0 ? 2 : 1,
                             m->v1);
         }
     m->feat = ch;
-    layout_take(lo, &m->fc_w_off, "fc.weight", c->classes, ch, 1);
-    layout_take(lo, &m->fc_b_off, "fc.bias", c->classes, 1, 0);
+    lo->keep = m->u1 == m->n_units;
+    layout_take(lo, &m->fc_w_off, "fc.weight", c->classes, ch, 1, 1);
+    layout_take(lo, &m->fc_b_off, "fc.bias", c->classes, 1, 1, 0);
 }
 
 static double unit_macs(const rn_unit *u) {
@@ -163,7 +197,13 @@ static double unit_macs(const rn_unit *u) {
     return (double)d->k * d->c * d->r * d->s * d->p * d->q;
 }
 
-/* Geometry for one image, without memory: for counting parameters and FLOPs. */
+static double block_macs(const rn_block *b) {
+    double macs = b->has_proj ? unit_macs(&b->proj) : 0;
+    for (int i = 0; i < b->n_units; i++) macs += unit_macs(&b->u[i]);
+    return macs;
+}
+
+/* Geometry of the whole model for one image, without memory: for counting parameters, FLOPs and unit costs. */
 static resnet_model *geometry(const resnet_config *c, int image, int v1, rn_layout *lo) {
     resnet_model *m = calloc(1, sizeof *m);
     if (!m) return NULL;
@@ -172,17 +212,41 @@ static resnet_model *geometry(const resnet_config *c, int image, int v1, rn_layo
     m->image = image;
     m->v1 = v1;
     m->n_blocks = count_blocks(c);
-    m->blocks = m->n_blocks > 0 ? calloc((size_t)m->n_blocks, sizeof *m->blocks) : NULL;
-    if (!m->blocks) { free(m); return NULL; }
-    build(m, lo);
+    m->n_units = m->u1 = m->n_blocks + 2;
+    m->net = calloc(1, sizeof *m->net);
+    if (m->net) m->net->blocks = m->n_blocks > 0 ? calloc((size_t)m->n_blocks, sizeof(rn_block)) : NULL;
+    if (!m->net || !m->net->blocks) { free(m->net); free(m); return NULL; }
+    if (lo->T < 1) lo->T = 1;
+    build(m, m->net, lo);
     return m;
+}
+
+static void geometry_free(resnet_model *m) {
+    if (!m) return;
+    free(m->net->blocks);
+    free(m->net);
+    free(m);
 }
 
 size_t resnet_param_count(const resnet_config *c) {
     rn_layout lo = {0};
     resnet_model *m = geometry(c, c->default_image, 0, &lo);
-    if (m) { free(m->blocks); free(m); }
+    geometry_free(m);
     return lo.offset;
+}
+
+int resnet_units(const resnet_config *c) { return count_blocks(c) + 2; }
+
+/* Forward multiply-adds per unit (stem, blocks, head) of one image. */
+static tfb_status unit_costs(const resnet_config *c, int image, double *costs) {
+    rn_layout lo = {0};
+    resnet_model *m = geometry(c, image, 0, &lo);
+    TFB_CHECK_ALLOC(m);
+    costs[0] = unit_macs(&m->net->stem);
+    for (int b = 0; b < m->n_blocks; b++) costs[1 + b] = block_macs(&m->net->blocks[b]);
+    costs[m->n_blocks + 1] = (double)m->feat * c->classes;
+    geometry_free(m);
+    return TFB_OK;
 }
 
 /* Forward multiply-adds per image; *stem gets the first convolution's share. */
@@ -191,14 +255,10 @@ static double geometry_macs(const resnet_config *c, int image, int v1, double *s
     resnet_model *m = geometry(c, image, v1, &lo);
     *stem = NAN;
     if (!m) return NAN;
-    double macs = unit_macs(&m->stem) + (double)m->feat * c->classes;
-    for (int b = 0; b < m->n_blocks; b++) {
-        for (int i = 0; i < m->blocks[b].n_units; i++) macs += unit_macs(&m->blocks[b].u[i]);
-        if (m->blocks[b].has_proj) macs += unit_macs(&m->blocks[b].proj);
-    }
-    *stem = unit_macs(&m->stem);
-    free(m->blocks);
-    free(m);
+    double macs = unit_macs(&m->net->stem) + (double)m->feat * c->classes;
+    for (int b = 0; b < m->n_blocks; b++) macs += block_macs(&m->net->blocks[b]);
+    *stem = unit_macs(&m->net->stem);
+    geometry_free(m);
     return macs;
 }
 
@@ -216,49 +276,101 @@ double resnet_train_flops(const resnet_config *c, int image) {
 
 static size_t unit_out(const rn_unit *u) { return (size_t)u->cd.n * u->cd.k * u->cd.p * u->cd.q; }
 static size_t unit_in(const rn_unit *u) { return (size_t)u->cd.n * u->cd.c * u->cd.h * u->cd.w; }
+static int unit_hw_in(const rn_unit *u) { return u->cd.h * u->cd.w; }
+static int unit_hw_out(const rn_unit *u) { return u->cd.p * u->cd.q; }
+static int has_stem(const resnet_model *m) { return m->u0 == 0; }
+static int has_head(const resnet_model *m) { return m->u1 == m->n_units; }
+static int has_block(const resnet_model *m, int b) { return 1 + b >= m->u0 && 1 + b < m->u1; }
 
-static void plan_unit(resnet_model *m, rn_unit *u) {
-    size_t out = unit_out(u), k = (size_t)u->cd.k;
-    tfb_mempool_add(&m->pools[1], (void **)&u->z, out * 4);
-    tfb_mempool_add(&m->pools[1], (void **)&u->y, out * 4);
-    tfb_mempool_add(&m->pools[1], (void **)&u->mean, k * 4);
-    tfb_mempool_add(&m->pools[1], (void **)&u->var, k * 4);
-    tfb_mempool_add(&m->pools[2], (void **)&u->run_mean, k * 4);
-    tfb_mempool_add(&m->pools[2], (void **)&u->run_var, k * 4);
+static void note_sizes(resnet_model *m, const rn_unit *u) {
+    size_t out = unit_out(u), in = unit_in(u);
     if (out > m->max_act) m->max_act = out;
-    if (unit_in(u) > m->max_act) m->max_act = unit_in(u);
-    if (k > m->max_k) m->max_k = k;
+    if (in > m->max_act) m->max_act = in;
+    if (in > m->max_full) m->max_full = in;
+    if (out * (size_t)m->T > m->max_full) m->max_full = out * (size_t)m->T;
+    if ((size_t)u->cd.k > m->max_k) m->max_k = (size_t)u->cd.k;
 }
 
-static void plan_acts(resnet_model *m) {
+/* gathered: the unit reads a gathered copy of its input (tensor parallelism, not a block's first units). */
+static void plan_unit(resnet_model *m, rn_unit *u, rn_unit *shared, int gathered) {
     tfb_mempool *a = &m->pools[1];
-    plan_unit(m, &m->stem);
-    size_t pooled = (size_t)m->n * m->cfg.stem_width * m->pool_p * m->pool_q;
-    tfb_mempool_add(a, (void **)&m->pooled_stem, pooled * 4);
-    tfb_mempool_add(a, (void **)&m->argmax, pooled * sizeof(int));
-    for (int b = 0; b < m->n_blocks; b++) {
-        rn_block *bl = &m->blocks[b];
-        for (int i = 0; i < bl->n_units; i++) plan_unit(m, &bl->u[i]);
-        if (bl->has_proj) plan_unit(m, &bl->proj);
-        tfb_mempool_add(a, (void **)&bl->out, unit_out(&bl->u[bl->n_units - 1]) * 4);
+    size_t out = unit_out(u), k = (size_t)u->cd.k;
+    tfb_mempool_add(a, (void **)&u->z, out * 4);
+    tfb_mempool_add(a, (void **)&u->y, out * 4);
+    tfb_mempool_add(a, (void **)&u->mean, k * 4);
+    tfb_mempool_add(a, (void **)&u->var, k * 4);
+    if (gathered && m->T > 1) tfb_mempool_add(a, (void **)&u->xg, unit_in(u) * 4);
+    if (u == shared) {
+        tfb_mempool_add(&m->pools[2], (void **)&u->run_mean, k * 4);
+        tfb_mempool_add(&m->pools[2], (void **)&u->run_var, k * 4);
     }
-    tfb_mempool_add(a, (void **)&m->pooled, (size_t)m->n * m->feat * 4);
-    tfb_mempool_add(a, (void **)&m->logits, (size_t)m->n * m->cfg.classes * 4);
-    tfb_mempool_add(a, (void **)&m->loss, 4);
+    note_sizes(m, u);
+}
+
+static void plan_block(resnet_model *m, rn_block *bl, rn_block *shared) {
+    tfb_mempool *a = &m->pools[1];
+    for (int i = 0; i < bl->n_units; i++) plan_unit(m, &bl->u[i], &shared->u[i], i > 0);
+    if (bl->has_proj) plan_unit(m, &bl->proj, &shared->proj, 0);
+    if (m->T > 1) tfb_mempool_add(a, (void **)&bl->in_full, unit_in(&bl->u[0]) * 4);
+    tfb_mempool_add(a, (void **)&bl->out, unit_out(&bl->u[bl->n_units - 1]) * 4);
+}
+
+/* Elements of the stage's input (this rank's channels of the previous unit's output). */
+static size_t stage_in_elems(const resnet_model *m) {
+    if (has_stem(m)) return 0;
+    int b = m->u0 - 1;
+    if (b < m->n_blocks) return unit_in(&m->net[0].blocks[b].u[0]) / (size_t)m->T;
+    const rn_unit *last = &m->net[0].blocks[m->n_blocks - 1].u[m->net[0].blocks[m->n_blocks - 1].n_units - 1];
+    return unit_out(last);
+}
+
+static void plan_net(resnet_model *m, rn_net *net) {
+    tfb_mempool *a = &m->pools[1];
+    size_t n = (size_t)m->n;
+    if (!has_stem(m)) tfb_mempool_add(a, (void **)&net->x_in, stage_in_elems(m) * 4);
+    if (has_stem(m)) {
+        plan_unit(m, &net->stem, &m->net[0].stem, 0);
+        size_t pooled = n * net->stem.cd.k * m->pool_p * m->pool_q;
+        tfb_mempool_add(a, (void **)&net->pooled_stem, pooled * 4);
+        tfb_mempool_add(a, (void **)&net->argmax, pooled * sizeof(int));
+        tfb_mempool_add(&m->pools[3], (void **)&net->images, n * 3 * m->image * m->image * 4);
+    }
+    for (int b = 0; b < m->n_blocks; b++)
+        if (has_block(m, b)) plan_block(m, &net->blocks[b], &m->net[0].blocks[b]);
+    if (!has_head(m)) return;
+    tfb_mempool_add(a, (void **)&net->pooled, n * (size_t)(m->feat / m->T) * 4);
+    tfb_mempool_add(a, (void **)&net->pooled_full, n * (size_t)m->feat * 4);
+    tfb_mempool_add(a, (void **)&net->logits, n * (size_t)m->classes_l * 4);
+    tfb_mempool_add(a, (void **)&net->xmax, n * 4);
+    tfb_mempool_add(a, (void **)&net->xsums, n * 2 * 4);
+    tfb_mempool_add(a, (void **)&net->loss, 4);
+    tfb_mempool_add(&m->pools[3], (void **)&net->labels, n * 4);
+    if (n * (size_t)m->feat > m->max_full) m->max_full = n * (size_t)m->feat;
+    if (n * (size_t)m->feat > m->max_act) m->max_act = n * (size_t)m->feat;
+}
+
+static void plan_shared(resnet_model *m) {
+    tfb_mempool *a = &m->pools[1];
+    if (stage_in_elems(m) > m->max_act) m->max_act = stage_in_elems(m);
     for (int i = 0; i < 4; i++) tfb_mempool_add(a, (void **)&m->g[i], m->max_act * 4);
     tfb_mempool_add(a, (void **)&m->dz, m->max_act * 4);
     tfb_mempool_add(a, (void **)&m->sum_dy, m->max_k * 4);
     tfb_mempool_add(a, (void **)&m->sum_dy_xhat, m->max_k * 4);
+    if (m->T > 1) {
+        for (int i = 0; i < 2; i++) tfb_mempool_add(a, (void **)&m->gfull[i], m->max_full * 4);
+        tfb_mempool_add(a, (void **)&m->gather, m->max_full * 4);
+    }
     if (m->wc.gemm_type != TFB_F32)
-        for (int i = 0; i < 2; i++) tfb_mempool_add(a, &m->lp[i], m->max_act * 2);
+        for (int i = 0; i < 2; i++) tfb_mempool_add(a, &m->lp[i], (m->max_act > m->max_full ? m->max_act : m->max_full) * 2);
 }
 
-/* Calls fn on every unit in forward order: the stem, then each block's units and its projection. */
-static void each_unit(resnet_model *m, void (*fn)(resnet_model *m, rn_unit *u, void *ctx), void *ctx) {
-    fn(m, &m->stem, ctx);
+/* Calls fn on every unit of this stage in activation set `net`, in forward order. */
+static void each_unit(resnet_model *m, rn_net *net, void (*fn)(resnet_model *m, rn_unit *u, void *ctx), void *ctx) {
+    if (has_stem(m)) fn(m, &net->stem, ctx);
     for (int b = 0; b < m->n_blocks; b++) {
-        for (int i = 0; i < m->blocks[b].n_units; i++) fn(m, &m->blocks[b].u[i], ctx);
-        if (m->blocks[b].has_proj) fn(m, &m->blocks[b].proj, ctx);
+        if (!has_block(m, b)) continue;
+        for (int i = 0; i < net->blocks[b].n_units; i++) fn(m, &net->blocks[b].u[i], ctx);
+        if (net->blocks[b].has_proj) fn(m, &net->blocks[b].proj, ctx);
     }
 }
 
@@ -273,8 +385,25 @@ static void bind_unit(resnet_model *m, rn_unit *u, void *ctx) {
     u->cd.in_type = m->wc.gemm_type;
 }
 
+static void share_unit(rn_unit *u, const rn_unit *base) {
+    u->run_mean = base->run_mean;
+    u->run_var = base->run_var;
+}
+
+/* Every activation set shares the running statistics of set 0. */
+static void share_running(resnet_model *m, rn_net *net) {
+    share_unit(&net->stem, &m->net[0].stem);
+    for (int b = 0; b < m->n_blocks; b++) {
+        for (int i = 0; i < net->blocks[b].n_units; i++) share_unit(&net->blocks[b].u[i], &m->net[0].blocks[b].u[i]);
+        share_unit(&net->blocks[b].proj, &m->net[0].blocks[b].proj);
+    }
+}
+
 static void bind_all(resnet_model *m) {
-    each_unit(m, bind_unit, NULL);
+    for (int s = 0; s < m->wc.slots; s++) {
+        each_unit(m, &m->net[s], bind_unit, NULL);
+        share_running(m, &m->net[s]);
+    }
     m->fc_w = m->wl.param_pool + m->fc_w_off;
     m->fc_b = m->wl.param_pool + m->fc_b_off;
     m->dfc_w = m->wl.grad_pool + m->fc_w_off;
@@ -283,16 +412,15 @@ static void bind_all(resnet_model *m) {
 
 /* ---- initialisation: He normal (fan in) for convolutions, BN gamma 1 beta 0, FC uniform(+-1/sqrt(fan in)) ---- */
 
-static void init_tensor(float *x, const tfb_param_info *p, int index, const void *ctx) {
+static void init_tensor(float *x, const tfb_param_info *p, const void *ctx) {
     const resnet_model *m = ctx;
-    uint64_t seed = m->wc.seed;
-    int fc_feat = m->feat;
-    tfb_philox_key k = tfb_philox_key_make(seed, STREAM_INIT + 16u * (uint32_t)index);
+    size_t n = (size_t)p->full_rows * p->full_cols;
+    tfb_philox_key k = tfb_philox_key_make(m->wc.seed, STREAM_INIT + 16u * (uint32_t)p->index);
     int is_gamma = strstr(p->name, "gamma") != NULL, is_fc = strncmp(p->name, "fc.", 3) == 0;
-    float std = sqrtf(2.0f / (float)p->cols); /* cols = c * r * s: the fan in */
-    for (size_t i = 0; i < p->numel; i++) {
+    float std = sqrtf(2.0f / (float)p->full_cols); /* cols = c * r * s: the fan in */
+    for (size_t i = 0; i < n; i++) {
         tfb_philox_ctr r = tfb_philox_block(k, i << 2, 0);
-        if (is_fc) x[i] = (2.0f * tfb_u32_to_unit(r.v[0]) - 1.0f) / sqrtf((float)fc_feat);
+        if (is_fc) x[i] = (2.0f * tfb_u32_to_unit(r.v[0]) - 1.0f) / sqrtf((float)m->feat);
         else if (!p->decay) x[i] = is_gamma ? 1.0f : 0.0f;
         else {
             float u1 = tfb_u32_to_unit(r.v[0]) + 1e-7f, u2 = tfb_u32_to_unit(r.v[1]);
@@ -301,7 +429,6 @@ static void init_tensor(float *x, const tfb_param_info *p, int index, const void
     }
 }
 
-
 static void unit_running_var_one(resnet_model *m, rn_unit *u, void *host) {
     float *var = (float *)host + (u->run_var - (float *)m->pools[2].base);
     for (int k = 0; k < u->cd.k; k++) var[k] = 1.0f;
@@ -309,9 +436,9 @@ static void unit_running_var_one(resnet_model *m, rn_unit *u, void *host) {
 
 /* Running statistics start at mean 0, variance 1 (PyTorch's convention). */
 static tfb_status init_running(resnet_model *m) {
-    float *host = calloc(1, m->pools[2].bytes);
+    float *host = calloc(1, m->pools[2].bytes + 64);
     TFB_CHECK_ALLOC(host);
-    each_unit(m, unit_running_var_one, host);
+    each_unit(m, &m->net[0], unit_running_var_one, host);
     tfb_status st = m->be->copy_h2d(m->be->ctx, m->pools[2].base, host, m->pools[2].bytes);
     free(host);
     return st;
@@ -319,24 +446,32 @@ static tfb_status init_running(resnet_model *m) {
 
 /* ---- synthetic data: N(0, 1) pixels and uniform labels, a pure function of (seed, global image index) ---- */
 
-static tfb_status resnet_load_batch(void *self, int step) {
+static tfb_status resnet_load_batch(void *self, int step, int mb, int slot) {
     resnet_model *m = self;
+    rn_net *net = &m->net[slot];
     size_t per = (size_t)3 * m->image * m->image;
-    uint64_t first = (uint64_t)(m->wc.fixed_batch ? 0 : step) * m->wc.global_batch + m->wc.sample0;
+    uint64_t first = (uint64_t)(m->wc.fixed_batch ? 0 : step) * m->wc.global_batch + m->wc.sample0 +
+                     (uint64_t)mb * m->n;
     tfb_philox_key k = tfb_philox_key_make(m->wc.seed, STREAM_DATA);
-    float *img = tfb_mempool_mirror(&m->pools[3], m->images);
-    int *lab = tfb_mempool_mirror(&m->pools[3], m->labels);
-    for (int b = 0; b < m->n; b++) {
+    m->last_slot = slot;
+    for (int b = 0; b < m->n && has_stem(m); b++) {
+        float *img = (float *)tfb_mempool_mirror(&m->pools[3], net->images) + b * per;
         uint64_t g = first + (uint64_t)b;
         for (size_t i = 0; i < per; i += 2) {
             tfb_philox_ctr r = tfb_philox_block(k, (g << 24) + (i << 1), 1);
             float u1 = tfb_u32_to_unit(r.v[0]) + 1e-7f, u2 = tfb_u32_to_unit(r.v[1]), rad = sqrtf(-2.0f * logf(u1));
-            img[b * per + i] = rad * cosf(6.28318530718f * u2);
-            if (i + 1 < per) img[b * per + i + 1] = rad * sinf(6.28318530718f * u2);
+            img[i] = rad * cosf(6.28318530718f * u2);
+            if (i + 1 < per) img[i + 1] = rad * sinf(6.28318530718f * u2);
         }
-        lab[b] = (int)(tfb_philox_block(k, g << 2, 2).v[0] % (uint32_t)m->cfg.classes);
     }
-    return m->be->copy_h2d(m->be->ctx, m->pools[3].base, m->pools[3].host_mirror, m->pools[3].bytes);
+    if (has_stem(m))
+        TFB_CHECK(m->be->copy_h2d(m->be->ctx, net->images, tfb_mempool_mirror(&m->pools[3], net->images),
+                                  (size_t)m->n * per * 4));
+    if (!has_head(m)) return TFB_OK;
+    int *lab = tfb_mempool_mirror(&m->pools[3], net->labels);
+    for (int b = 0; b < m->n; b++)
+        lab[b] = (int)(tfb_philox_block(k, (first + (uint64_t)b) << 2, 2).v[0] % (uint32_t)m->cfg.classes);
+    return m->be->copy_h2d(m->be->ctx, net->labels, lab, (size_t)m->n * sizeof(int));
 }
 
 /* ---- low precision operands ---- */
@@ -350,6 +485,29 @@ static tfb_status lp_act(resnet_model *m, int slot, const float *x, size_t n, co
 
 static const void *lp_weight(resnet_model *m, const float *w) {
     return m->wc.gemm_type == TFB_F32 ? (const void *)w : (const void *)(m->wl.lowp_pool + (w - m->wl.param_pool));
+}
+
+/* ---- tensor parallelism: channel shards <-> whole tensors ---- */
+
+/* full (n, T * cl, hw) = every rank's local (n, cl, hw), gathered over the tensor group. */
+static tfb_status gather_channels(resnet_model *m, float *full, const float *local, int n, int cl, int hw) {
+    size_t chunk = (size_t)cl * hw, per_rank = (size_t)n * chunk;
+    double t0 = tfb_clock_s();
+    TFB_CHECK(m->be->sync(m->be->ctx));
+    TFB_CHECK(m->wc.tp->allgather(m->wc.tp, local, m->gather, per_rank, TFB_COMM_F32));
+    m->wl.tp_comm_s += tfb_clock_s() - t0;
+    m->wl.tp_bus_bytes += (double)(m->T - 1) * per_rank * sizeof(float);
+    for (int r = 0; r < m->T; r++)
+        TFB_CHECK(m->be->copy_2d(m->be->ctx, full + r * chunk, chunk * m->T, m->gather + r * per_rank, chunk, (size_t)n,
+                                 chunk));
+    return TFB_OK;
+}
+
+/* local (n, cl, hw) = this rank's channels of full (n, T * cl, hw) summed over the tensor group. */
+static tfb_status reduce_channels(resnet_model *m, float *local, float *full, int n, int cl, int hw) {
+    size_t chunk = (size_t)cl * hw;
+    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, full, (size_t)n * chunk * m->T, TFB_SUM));
+    return m->be->copy_2d(m->be->ctx, local, chunk, full + (size_t)m->t * chunk, chunk * m->T, (size_t)n, chunk);
 }
 
 /* ---- synchronised batch norm: combine per-rank (mean, var) of equal counts exactly ---- */
@@ -382,6 +540,7 @@ static tfb_status sync_grad_sums(resnet_model *m, int k) {
 
 /* ---- forward ---- */
 
+/* x: the unit's whole input (gathered under tensor parallelism). */
 static tfb_status unit_fwd(resnet_model *m, rn_unit *u, const float *x) {
     tfb_backend *be = m->be;
     const tfb_conv_desc *d = &u->cd;
@@ -399,15 +558,26 @@ static tfb_status unit_fwd(resnet_model *m, rn_unit *u, const float *x) {
     return TFB_OK;
 }
 
+/* The whole tensor a unit reads, given this rank's channels of it. */
+static tfb_status whole_input(resnet_model *m, rn_unit *u, float *gathered, const float *local, const float **x) {
+    if (m->T == 1) { *x = local; return TFB_OK; }
+    TFB_CHECK(gather_channels(m, gathered, local, u->cd.n, u->cd.c / m->T, unit_hw_in(u)));
+    *x = gathered;
+    return TFB_OK;
+}
+
+/* x: this rank's channels of the block input. */
 static tfb_status block_fwd(resnet_model *m, rn_block *b, const float *x) {
-    const float *in = x;
-    for (int i = 0; i < b->n_units; i++) {
+    const float *whole, *in;
+    TFB_CHECK(whole_input(m, &b->u[0], b->in_full, x, &whole));
+    TFB_CHECK(unit_fwd(m, &b->u[0], whole));
+    for (int i = 1; i < b->n_units; i++) {
+        TFB_CHECK(whole_input(m, &b->u[i], b->u[i].xg, b->u[i - 1].y, &in));
         TFB_CHECK(unit_fwd(m, &b->u[i], in));
-        in = b->u[i].y;
     }
     const float *shortcut = x;
     if (b->has_proj) {
-        TFB_CHECK(unit_fwd(m, &b->proj, x));
+        TFB_CHECK(unit_fwd(m, &b->proj, whole));
         shortcut = b->proj.y;
     }
     size_t n = unit_out(&b->u[b->n_units - 1]);
@@ -422,48 +592,93 @@ static tfb_status gemm(resnet_model *m, int ta, int tb, int M, int N, int K, con
     return m->be->gemm(m->be->ctx, &d);
 }
 
-static tfb_status head_fwd(resnet_model *m, const float *x, int hw) {
+/* Loss sum of the micro-batch: one pass on all classes, three with all-reduces on a class shard. */
+static tfb_status head_loss(resnet_model *m, rn_net *net, double *sum) {
     tfb_backend *be = m->be;
-    int n = m->n, C = m->feat, K = m->cfg.classes;
-    const void *pooled;
-    TFB_CHECK(be->avgpool_fwd(be->ctx, m->pooled, x, n, C, hw));
-    TFB_CHECK(lp_act(m, 0, m->pooled, (size_t)n * C, &pooled));
-    TFB_CHECK(gemm(m, 0, 1, n, K, C, pooled, C, lp_weight(m, m->fc_w), C, 0.0f, m->logits, K));
-    TFB_CHECK(be->bias_add(be->ctx, m->logits, m->fc_b, n, K));
-    return be->xent_fwd(be->ctx, m->loss, m->logits, m->labels, n, K);
-}
-
-static const float *stem_fwd(resnet_model *m, tfb_status *st) {
-    *st = unit_fwd(m, &m->stem, m->images);
-    if (*st != TFB_OK || !m->cfg.stem_pool) return m->stem.y;
-    const tfb_conv_desc *d = &m->stem.cd;
-    *st = m->be->maxpool_fwd(m->be->ctx, m->pooled_stem, m->argmax, m->stem.y, d->n, d->k, d->p, d->q, 3, 2, 1,
-                             m->pool_p, m->pool_q);
-    return m->pooled_stem;
-}
-
-static tfb_status resnet_forward(void *self, int step, double *loss) {
-    resnet_model *m = self;
-    tfb_status st;
-    float sum;
-    (void)step;
-    const float *x = stem_fwd(m, &st);
-    TFB_CHECK(st);
-    for (int b = 0; b < m->n_blocks; b++) {
-        TFB_CHECK(block_fwd(m, &m->blocks[b], x));
-        x = m->blocks[b].out;
+    int n = m->n, K = m->classes_l;
+    if (m->T == 1) {
+        float s;
+        TFB_CHECK(be->xent_fwd(be->ctx, net->loss, net->logits, net->labels, n, K));
+        TFB_CHECK(be->copy_d2h(be->ctx, &s, net->loss, sizeof s));
+        *sum = s;
+        return TFB_OK;
     }
-    const rn_unit *last = &m->blocks[m->n_blocks - 1].u[m->blocks[m->n_blocks - 1].n_units - 1];
-    TFB_CHECK(head_fwd(m, x, last->cd.p * last->cd.q));
-    TFB_CHECK(m->be->copy_d2h(m->be->ctx, &sum, m->loss, sizeof sum));
-    *loss = (double)sum / m->n;
+    float h[3 * 1024];
+    if (n > 1024) return TFB_ERR_ARG;
+    TFB_CHECK(be->xent_shard_max(be->ctx, net->xmax, net->logits, n, K, m->classes_valid));
+    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, net->xmax, (size_t)n, TFB_MAX));
+    TFB_CHECK(be->xent_shard_sum(be->ctx, net->xsums, net->logits, net->labels, net->xmax, n, K, m->classes_valid,
+                                 m->t * K));
+    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, net->xsums, (size_t)2 * n, TFB_SUM));
+    TFB_CHECK(be->copy_d2h(be->ctx, h, net->xmax, (size_t)n * 4));
+    TFB_CHECK(be->copy_d2h(be->ctx, h + n, net->xsums, (size_t)n * 8));
+    *sum = 0;
+    for (int i = 0; i < n; i++) *sum += log((double)h[n + 2 * i]) + h[i] - h[n + 2 * i + 1];
     return TFB_OK;
+}
+
+static tfb_status head_fwd(resnet_model *m, rn_net *net, const float *x, int hw, double *loss) {
+    tfb_backend *be = m->be;
+    int n = m->n, C = m->feat, K = m->classes_l;
+    const void *pooled;
+    double sum;
+    TFB_CHECK(be->avgpool_fwd(be->ctx, net->pooled, x, n, C / m->T, hw));
+    const float *whole = net->pooled;
+    if (m->T > 1) {
+        TFB_CHECK(gather_channels(m, net->pooled_full, net->pooled, n, C / m->T, 1));
+        whole = net->pooled_full;
+    }
+    TFB_CHECK(lp_act(m, 0, whole, (size_t)n * C, &pooled));
+    TFB_CHECK(gemm(m, 0, 1, n, K, C, pooled, C, lp_weight(m, m->fc_w), C, 0.0f, net->logits, K));
+    TFB_CHECK(be->bias_add(be->ctx, net->logits, m->fc_b, n, K));
+    TFB_CHECK(head_loss(m, net, &sum));
+    *loss = sum / n;
+    return TFB_OK;
+}
+
+static const float *stem_fwd(resnet_model *m, rn_net *net, tfb_status *st) {
+    *st = unit_fwd(m, &net->stem, net->images);
+    if (*st != TFB_OK || !m->cfg.stem_pool) return net->stem.y;
+    const tfb_conv_desc *d = &net->stem.cd;
+    *st = m->be->maxpool_fwd(m->be->ctx, net->pooled_stem, net->argmax, net->stem.y, d->n, d->k, d->p, d->q, 3, 2, 1,
+                             m->pool_p, m->pool_q);
+    return net->pooled_stem;
+}
+
+static const rn_unit *last_unit(const rn_net *net, int b) {
+    return &net->blocks[b].u[net->blocks[b].n_units - 1];
+}
+
+/* Output spatial size (p * q) of unit u_last-of-block b, or of the stem's pool when b < 0. */
+static int block_hw(const resnet_model *m, const rn_net *net, int b) {
+    if (b >= 0) return unit_hw_out(last_unit(net, b));
+    return m->cfg.stem_pool ? m->pool_p * m->pool_q : unit_hw_out(&net->stem);
+}
+
+static tfb_status resnet_forward(void *self, int step, int mb, int slot, double *loss) {
+    resnet_model *m = self;
+    rn_net *net = &m->net[slot];
+    tfb_status st = TFB_OK;
+    (void)step;
+    (void)mb;
+    TFB_CHECK(tfb_workload_slot_take(&m->wl, slot, m->wc.slots, m->busy));
+    const float *x = has_stem(m) ? stem_fwd(m, net, &st) : net->x_in;
+    TFB_CHECK(st);
+    int b_last = m->u0 - 2; /* the block whose output x is (-1: the stem) */
+    for (int b = 0; b < m->n_blocks; b++) {
+        if (!has_block(m, b)) continue;
+        TFB_CHECK(block_fwd(m, &net->blocks[b], x));
+        x = net->blocks[b].out;
+        b_last = b;
+    }
+    *loss = 0;
+    return has_head(m) ? head_fwd(m, net, x, block_hw(m, net, b_last), loss) : TFB_OK;
 }
 
 /* ---- backward ---- */
 
 /* dy (n, K, P, Q) is the gradient of the unit's output (ReLU applied in place); dx, when not NULL, receives the
- * gradient of its input. */
+ * gradient of its whole input (this rank's share of the sum under tensor parallelism). */
 static tfb_status unit_bwd(resnet_model *m, rn_unit *u, float *dy, float *dx) {
     tfb_backend *be = m->be;
     const tfb_conv_desc *d = &u->cd;
@@ -484,83 +699,160 @@ static tfb_status unit_bwd(resnet_model *m, rn_unit *u, float *dy, float *dx) {
     return TFB_OK;
 }
 
+/* Input gradient of unit u for this rank's channels, into local. */
+static tfb_status unit_bwd_local(resnet_model *m, rn_unit *u, float *dy, float *local) {
+    if (m->T == 1) return unit_bwd(m, u, dy, local);
+    TFB_CHECK(unit_bwd(m, u, dy, m->gfull[0]));
+    return reduce_channels(m, local, m->gfull[0], u->cd.n, u->cd.c / m->T, unit_hw_in(u));
+}
+
 /* g_out (block output gradient, consumed) to g_in (block input gradient); t1, t2 are work buffers. */
 static tfb_status block_bwd(resnet_model *m, rn_block *b, float *g_out, float *g_in, float *t1, float *t2) {
     tfb_backend *be = m->be;
-    size_t n_out = unit_out(&b->u[b->n_units - 1]), n_in = unit_in(&b->u[0]);
+    rn_unit *u0 = &b->u[0];
+    size_t n_out = unit_out(&b->u[b->n_units - 1]), n_in = unit_in(u0) / (size_t)m->T;
     TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_RELU, g_out, g_out, b->out, n_out));
     float *d = g_out, *next = t1;
-    for (int i = b->n_units - 1; i >= 0; i--) {
-        TFB_CHECK(unit_bwd(m, &b->u[i], d, next));
+    for (int i = b->n_units - 1; i >= 1; i--) {
+        TFB_CHECK(unit_bwd_local(m, &b->u[i], d, next));
         d = next;
         next = d == t1 ? t2 : t1;
     }
-    if (b->has_proj) {
+    if (m->T == 1) {
+        TFB_CHECK(unit_bwd(m, u0, d, next));
+        if (!b->has_proj) return be->residual_add(be->ctx, g_in, g_out, next, n_in);
         TFB_CHECK(unit_bwd(m, &b->proj, g_out, g_in));
-        return be->residual_add(be->ctx, g_in, g_in, d, n_in);
+        return be->residual_add(be->ctx, g_in, g_in, next, n_in);
     }
-    return be->residual_add(be->ctx, g_in, g_out, d, n_in);
+    TFB_CHECK(unit_bwd(m, u0, d, m->gfull[0]));
+    if (b->has_proj) {
+        TFB_CHECK(unit_bwd(m, &b->proj, g_out, m->gfull[1]));
+        TFB_CHECK(be->residual_add(be->ctx, m->gfull[0], m->gfull[0], m->gfull[1], unit_in(u0)));
+    }
+    TFB_CHECK(reduce_channels(m, g_in, m->gfull[0], u0->cd.n, u0->cd.c / m->T, unit_hw_in(u0)));
+    return b->has_proj ? TFB_OK : be->residual_add(be->ctx, g_in, g_in, g_out, n_in);
 }
 
-static tfb_status head_bwd(resnet_model *m, float loss_scale, float *g, int hw) {
+static tfb_status head_bwd(resnet_model *m, rn_net *net, float loss_scale, float *g, int hw) {
     tfb_backend *be = m->be;
-    int n = m->n, C = m->feat, K = m->cfg.classes;
+    int n = m->n, C = m->feat, K = m->classes_l;
     const void *dl, *pooled;
-    TFB_CHECK(be->xent_bwd(be->ctx, m->logits, m->logits, m->labels, n, K, loss_scale / n));
-    TFB_CHECK(lp_act(m, 0, m->logits, (size_t)n * K, &dl));
-    TFB_CHECK(lp_act(m, 1, m->pooled, (size_t)n * C, &pooled));
+    const float *whole = m->T > 1 ? net->pooled_full : net->pooled;
+    if (m->T == 1) TFB_CHECK(be->xent_bwd(be->ctx, net->logits, net->logits, net->labels, n, K, loss_scale / n));
+    else TFB_CHECK(be->xent_shard_bwd(be->ctx, net->logits, net->logits, net->labels, net->xmax, net->xsums, n, K,
+                                      m->classes_valid, m->t * K, loss_scale / n));
+    TFB_CHECK(lp_act(m, 0, net->logits, (size_t)n * K, &dl));
+    TFB_CHECK(lp_act(m, 1, whole, (size_t)n * C, &pooled));
     TFB_CHECK(gemm(m, 1, 0, K, C, n, dl, K, pooled, C, 1.0f, m->dfc_w, C));
-    TFB_CHECK(be->bias_grad(be->ctx, m->dfc_b, m->logits, n, K));
-    TFB_CHECK(gemm(m, 0, 0, n, C, K, dl, K, lp_weight(m, m->fc_w), C, 0.0f, m->pooled, C));
-    return be->avgpool_bwd(be->ctx, g, m->pooled, n, C, hw);
+    TFB_CHECK(be->bias_grad(be->ctx, m->dfc_b, net->logits, n, K));
+    if (m->T == 1) {
+        TFB_CHECK(gemm(m, 0, 0, n, C, K, dl, K, lp_weight(m, m->fc_w), C, 0.0f, net->pooled, C));
+    } else {
+        TFB_CHECK(gemm(m, 0, 0, n, C, K, dl, K, lp_weight(m, m->fc_w), C, 0.0f, m->gfull[0], C));
+        TFB_CHECK(reduce_channels(m, net->pooled, m->gfull[0], n, C / m->T, 1));
+    }
+    return be->avgpool_bwd(be->ctx, g, net->pooled, n, C / m->T, hw);
 }
 
-static tfb_status stem_bwd(resnet_model *m, float *g, float *work) {
-    const tfb_conv_desc *d = &m->stem.cd;
+static tfb_status stem_bwd(resnet_model *m, rn_net *net, float *g, float *work) {
+    const tfb_conv_desc *d = &net->stem.cd;
     if (m->cfg.stem_pool) {
-        TFB_CHECK(m->be->maxpool_bwd(m->be->ctx, work, g, m->argmax, d->n, d->k, d->p * d->q,
+        TFB_CHECK(m->be->maxpool_bwd(m->be->ctx, work, g, net->argmax, d->n, d->k, d->p * d->q,
                                      m->pool_p * m->pool_q));
         g = work;
     }
-    return unit_bwd(m, &m->stem, g, NULL); /* the first layer needs no input gradient */
+    return unit_bwd(m, &net->stem, g, NULL); /* the first layer needs no input gradient */
 }
 
-static tfb_status resnet_backward(void *self, int step, float loss_scale, tfb_grad_ready_fn ready, void *rctx) {
+static tfb_status resnet_backward(void *self, int step, int mb, int slot, float loss_scale, tfb_grad_ready_fn ready,
+                                  void *rctx) {
     resnet_model *m = self;
+    rn_net *net = &m->net[slot];
     (void)step;
-    TFB_CHECK(m->be->fill(m->be->ctx, m->wl.grad_pool, 0.0f, m->wl.numel));
-    const rn_unit *last = &m->blocks[m->n_blocks - 1].u[m->blocks[m->n_blocks - 1].n_units - 1];
+    (void)mb;
     float *g_out = m->g[0], *g_in = m->g[1];
-    TFB_CHECK(head_bwd(m, loss_scale, g_out, last->cd.p * last->cd.q));
-    TFB_CHECK(ready(rctx, m->fc_w_off));
-    for (int b = m->n_blocks - 1; b >= 0; b--) {
-        TFB_CHECK(block_bwd(m, &m->blocks[b], g_out, g_in, m->g[2], m->g[3]));
-        TFB_CHECK(ready(rctx, m->blocks[b].u[0].w_off));
+    int b_hi = m->u1 - 2 < m->n_blocks ? m->u1 - 2 : m->n_blocks - 1; /* the stage's last block */
+    if (has_head(m)) {
+        TFB_CHECK(head_bwd(m, net, loss_scale, g_out, block_hw(m, net, b_hi)));
+        TFB_CHECK(ready(rctx, m->fc_w_off));
+    }
+    for (int b = b_hi; b >= 0 && has_block(m, b); b--) {
+        TFB_CHECK(block_bwd(m, &net->blocks[b], g_out, g_in, m->g[2], m->g[3]));
+        TFB_CHECK(ready(rctx, net->blocks[b].u[0].w_off));
         float *t = g_out;
         g_out = g_in;
         g_in = t;
     }
-    TFB_CHECK(stem_bwd(m, g_out, g_in));
+    m->grad_in = g_out;
+    if (has_stem(m)) TFB_CHECK(stem_bwd(m, net, g_out, g_in));
+    tfb_workload_slot_give(&m->wl, slot, m->busy);
     return ready(rctx, 0);
+}
+
+static float *resnet_stage_input(void *self, int slot) {
+    resnet_model *m = self;
+    return has_stem(m) ? NULL : m->net[slot].x_in;
+}
+
+static const float *resnet_stage_output(void *self, int slot) {
+    resnet_model *m = self;
+    if (has_head(m)) return NULL;
+    int b = m->u1 - 2;
+    if (b < 0) return m->cfg.stem_pool ? m->net[slot].pooled_stem : m->net[slot].stem.y;
+    return m->net[slot].blocks[b].out;
+}
+
+static float *resnet_grad_output(void *self) {
+    resnet_model *m = self;
+    return has_head(m) ? NULL : m->g[0];
+}
+
+static const float *resnet_grad_input(void *self) {
+    resnet_model *m = self;
+    return has_stem(m) ? NULL : m->grad_in;
 }
 
 static tfb_status resnet_dump_batch(void *self, const char *dir) {
     resnet_model *m = self;
+    rn_net *net = &m->net[m->last_slot];
     char path[4096];
-    snprintf(path, sizeof path, "%s/batch.images.npy", dir);
-    TFB_CHECK(tfb_npy_write_f32(path, tfb_mempool_mirror(&m->pools[3], m->images), m->n,
-                                3 * m->image * m->image));
+    if (has_stem(m)) {
+        snprintf(path, sizeof path, "%s/batch.images.npy", dir);
+        TFB_CHECK(tfb_npy_write_f32(path, tfb_mempool_mirror(&m->pools[3], net->images), m->n,
+                                    3 * m->image * m->image));
+    }
+    if (!has_head(m)) return TFB_OK;
     snprintf(path, sizeof path, "%s/batch.labels.npy", dir);
-    return tfb_npy_write_i32(path, tfb_mempool_mirror(&m->pools[3], m->labels), m->n, 1);
+    return tfb_npy_write_i32(path, tfb_mempool_mirror(&m->pools[3], net->labels), m->n, 1);
 }
 
 static void resnet_destroy(void *self) {
     resnet_model *m = self;
     for (int i = 0; i < 4; i++) tfb_mempool_release(&m->pools[i], m->be);
     free((void *)m->wl.params);
-    free(m->blocks);
+    for (int s = 0; m->net && s < m->wc.slots; s++) free(m->net[s].blocks);
+    free(m->net);
+    free(m->busy);
     free(m->host_stats);
     free(m);
+}
+
+/* Elements of the stage's output (this rank's channels): the last block's output or the stem's. */
+static size_t stage_out_elems(const resnet_model *m) {
+    const rn_net *net = &m->net[0];
+    int b = m->u1 - 2;
+    if (b >= 0) return unit_out(last_unit(net, b));
+    if (!m->cfg.stem_pool) return unit_out(&net->stem);
+    return (size_t)m->n * net->stem.cd.k * m->pool_p * m->pool_q;
+}
+
+static void describe_stage(resnet_model *m) {
+    char *d = m->wl.stage_desc;
+    size_t len = sizeof m->wl.stage_desc;
+    int n = snprintf(d, len, "%s", has_stem(m) ? "stem" : "");
+    int b0 = m->u0 > 1 ? m->u0 - 1 : 0, b1 = m->u1 - 1 < m->n_blocks ? m->u1 - 1 : m->n_blocks;
+    if (b1 > b0) n += snprintf(d + n, len - (size_t)n, "%sblocks %d-%d", n ? " + " : "", b0, b1 - 1);
+    if (has_head(m)) snprintf(d + n, len - (size_t)n, "%shead", n ? " + " : "");
 }
 
 static void fill_workload(resnet_model *m) {
@@ -570,11 +862,23 @@ static void fill_workload(resnet_model *m) {
                              "= 2 FLOPs; convolutions and the FC layer";
     snprintf(m->wl.shape, sizeof m->wl.shape, "image %dx%d, %d classes, %s batch norm", m->image, m->image,
              m->cfg.classes, m->wc.sync_bn ? "synchronised" : "per-rank");
+    describe_stage(m);
+    m->wl.model_params = resnet_param_count(&m->cfg);
     m->wl.optimizer = TFB_OPT_SGD;
     m->wl.default_lr = 0.1f;
+    m->wl.tp_rank = m->t;
+    m->wl.tp_size = m->T;
+    m->wl.first_stage = has_stem(m);
+    m->wl.last_stage = has_head(m);
+    m->wl.in_elems = stage_in_elems(m);
+    m->wl.out_elems = has_head(m) ? 0 : stage_out_elems(m);
     m->wl.load_batch = resnet_load_batch;
     m->wl.forward = resnet_forward;
     m->wl.backward = resnet_backward;
+    m->wl.stage_input = resnet_stage_input;
+    m->wl.stage_output = resnet_stage_output;
+    m->wl.grad_output = resnet_grad_output;
+    m->wl.grad_input = resnet_grad_input;
     m->wl.dump_batch = resnet_dump_batch;
     m->wl.destroy = resnet_destroy;
 }
@@ -583,13 +887,58 @@ static tfb_status plan_all(resnet_model *m) {
     tfb_mempool_add(&m->pools[0], (void **)&m->wl.param_pool, m->wl.numel * 4);
     tfb_mempool_add(&m->pools[0], (void **)&m->wl.grad_pool, m->wl.numel * 4);
     if (m->wc.gemm_type != TFB_F32) tfb_mempool_add(&m->pools[0], (void **)&m->wl.lowp_pool, m->wl.numel * 2);
-    plan_acts(m);
-    tfb_mempool_add(&m->pools[3], (void **)&m->images, (size_t)m->n * 3 * m->image * m->image * 4);
-    tfb_mempool_add(&m->pools[3], (void **)&m->labels, (size_t)m->n * 4);
+    size_t before = m->pools[1].bytes;
+    for (int s = 0; s < m->wc.slots; s++) plan_net(m, &m->net[s]);
+    m->wl.slot_bytes = (m->pools[1].bytes - before) / (size_t)m->wc.slots;
+    plan_shared(m);
     for (int i = 0; i < 4; i++) TFB_CHECK(tfb_mempool_commit(&m->pools[i], m->be, i == 3));
     m->wl.bytes_planned = m->pools[0].bytes + m->pools[1].bytes + m->pools[2].bytes + m->pools[3].bytes;
-    m->host_stats = malloc(4 * m->max_k * sizeof(float));
+    m->host_stats = malloc(4 * (m->max_k + 1) * sizeof(float));
     TFB_CHECK_ALLOC(m->host_stats);
+    return TFB_OK;
+}
+
+static tfb_status alloc_nets(resnet_model *m) {
+    m->net = calloc((size_t)m->wc.slots, sizeof *m->net);
+    m->busy = calloc((size_t)m->wc.slots, 1);
+    TFB_CHECK_ALLOC(m->net);
+    TFB_CHECK_ALLOC(m->busy);
+    for (int s = 0; s < m->wc.slots; s++) TFB_CHECK_ALLOC(m->net[s].blocks = calloc((size_t)m->n_blocks, sizeof(rn_block)));
+    return TFB_OK;
+}
+
+/* Stage placement and shard sizes; TFB_ERR_ARG when the layout does not fit the model. */
+static tfb_status place(resnet_model *m) {
+    const resnet_config *c = &m->cfg;
+    int units = resnet_units(c), first[65], T = m->T;
+    double costs[64];
+    if (m->wc.pp_size > units || units > 64 || m->wc.pp_size > 64 || c->stem_width % T) return TFB_ERR_ARG;
+    for (int s = 0; s < c->stages; s++)
+        if (c->widths[s] % T) return TFB_ERR_ARG;
+    TFB_CHECK(unit_costs(c, m->image, costs));
+    TFB_CHECK(tfb_partition(costs, units, m->wc.pp_size, first));
+    m->u0 = first[m->wc.pp_rank];
+    m->u1 = first[m->wc.pp_rank + 1];
+    m->classes_l = (c->classes + T - 1) / T;
+    m->classes_valid = c->classes - m->t * m->classes_l;
+    if (m->classes_valid > m->classes_l) m->classes_valid = m->classes_l;
+    if (m->classes_valid < 0) m->classes_valid = 0;
+    return TFB_OK;
+}
+
+static tfb_status build_layout(resnet_model *m) {
+    rn_layout lo = {.T = m->T};
+    for (int s = 0; s < m->wc.slots; s++) {
+        lo = (rn_layout){.T = m->T};
+        build(m, &m->net[s], &lo);
+    }
+    tfb_param_info *table = calloc((size_t)lo.count + 1, sizeof *table);
+    TFB_CHECK_ALLOC(table);
+    lo = (rn_layout){.T = m->T, .table = table};
+    build(m, &m->net[0], &lo);
+    m->wl.params = table;
+    m->wl.n_params = lo.count;
+    m->wl.numel = lo.offset;
     return TFB_OK;
 }
 
@@ -598,18 +947,17 @@ tfb_status resnet_create(const resnet_config *c, const tfb_workload_config *wc, 
     resnet_model *m = calloc(1, sizeof *m);
     TFB_CHECK_ALLOC(m);
     *m = (resnet_model){.cfg = *c, .wc = *wc, .be = be, .n = wc->local_batch, .image = wc->image_size};
+    if (m->wc.slots < 1) m->wc.slots = 1;
+    if (m->wc.pp_size < 1) m->wc.pp_size = 1;
+    m->T = wc->tp ? wc->tp->size : 1;
+    m->t = wc->tp ? wc->tp->rank : 0;
     m->wl.gemm_type = wc->gemm_type;
     m->n_blocks = count_blocks(c);
-    m->blocks = m->n_blocks > 0 ? calloc((size_t)m->n_blocks, sizeof *m->blocks) : NULL;
-    rn_layout lo = {.table = calloc(2 + 3 * (size_t)(1 + 4 * m->n_blocks), sizeof(tfb_param_info))};
-    tfb_status st = m->blocks && lo.table ? TFB_OK : TFB_ERR_NOMEM;
-    m->wl.params = lo.table;
-    if (st == TFB_OK) {
-        build(m, &lo);
-        m->wl.n_params = lo.count;
-        m->wl.numel = lo.offset;
-        st = plan_all(m);
-    }
+    m->n_units = m->n_blocks + 2;
+    tfb_status st = place(m);
+    if (st == TFB_OK) st = alloc_nets(m);
+    if (st == TFB_OK) st = build_layout(m);
+    if (st == TFB_OK) st = plan_all(m);
     fill_workload(m);
     if (st == TFB_OK) {
         bind_all(m);

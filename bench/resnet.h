@@ -18,6 +18,8 @@ typedef struct {
 
 const resnet_config *resnet_config_find(const char *name);
 const char *resnet_config_names(void);
+/* Units a pipeline can place: stem, each block, head. */
+int resnet_units(const resnet_config *c);
 /* Trainable parameters (convolutions, batch-norm gamma and beta, the FC layer). */
 size_t resnet_param_count(const resnet_config *c);
 /* Forward multiply-adds per image at image x image, stride on the 3x3 (v1.5) or, with v1, on the first 1x1. */

@@ -1,6 +1,7 @@
-/* run.h — the run driver: sets up backend, communication, workload and optimizer from the options, runs warm-up
- * and timed trials of data-parallel training, reduces the measurements across ranks and hands rank 0's record to
- * the report and the results file. Returns the process exit status (0, 1 on failure, 2 on bad input).
+/* run.h — the run driver: from the options, the backend and the configurations to run (one named layout, or the
+ * comparison run: every strategy at every power-of-two scale), each trained and measured by train.c, then rank
+ * 0's records to the tables and the results file. Returns the process exit status (0, 1 on failure, 2 on bad
+ * input).
  */
 #ifndef TFB_RUN_H
 #define TFB_RUN_H

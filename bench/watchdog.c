@@ -15,6 +15,7 @@ static struct {
     atomic_int step;
     _Atomic long long marked_ns; /* monotonic time of the last mark */
     atomic_int stop;
+    atomic_int idle;             /* waiting outside a configuration: other ranks' watchdogs cover the work */
 } wd;
 
 static long long now_ns(void) { return (long long)(tfb_clock_s() * 1e9); }
@@ -31,7 +32,7 @@ static void *watch(void *arg) {
     while (!atomic_load(&wd.stop)) {
         nanosleep(&second, NULL); /* polling interval of the watchdog, not part of any measurement */
         double idle = (double)(now_ns() - atomic_load(&wd.marked_ns)) * 1e-9;
-        if (idle <= wd.timeout_s) continue;
+        if (idle <= wd.timeout_s || atomic_load(&wd.idle)) continue;
         fprintf(stderr, "tfbench[rank %d]: no progress for %.0f s (--timeout %.0f), stuck in %s at step %d; "
                 "ending the job\n", wd.rank, idle, wd.timeout_s, atomic_load(&wd.op), atomic_load(&wd.step));
         fflush(stderr);
@@ -49,6 +50,11 @@ int tfb_watchdog_start(int rank, double timeout_s) {
     if (pthread_create(&wd.thread, NULL, watch, NULL) != 0) return -1;
     wd.running = 1;
     return 0;
+}
+
+void tfb_watchdog_idle(int idle) {
+    atomic_store(&wd.idle, idle);
+    atomic_store(&wd.marked_ns, now_ns());
 }
 
 void tfb_watchdog_stop(void) {

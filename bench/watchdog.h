@@ -10,6 +10,9 @@
 int tfb_watchdog_start(int rank, double timeout_s);
 /* The operation this rank is entering (a string literal) and the step it belongs to. */
 void tfb_watchdog_mark(const char *op, int step);
+/* idle = 1 while this rank waits outside a configuration it takes no part in (a comparison run's smaller
+ * layouts): the ranks doing the work keep their own deadline, and a stall there ends the job from them. */
+void tfb_watchdog_idle(int idle);
 void tfb_watchdog_stop(void);
 
 #endif

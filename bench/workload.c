@@ -1,5 +1,11 @@
-/* workload.c — what every workload shares: parameter initialisation on the host and its upload (see workload.h). */
+/* workload.c — what every workload shares: parameter initialisation on the host and its upload, the mapping
+ * between a parameter's whole tensor and this rank's shard, the pipeline partition of units, activation-set
+ * bookkeeping and the timed tensor-parallel all-reduce (see workload.h).
+ */
+#include <float.h>
 #include <stdlib.h>
+#include <string.h>
+#include "clock.h"
 #include "workload.h"
 
 tfb_status tfb_workload_refresh_lowp(const tfb_workload *wl, tfb_backend *be) {
@@ -7,11 +13,101 @@ tfb_status tfb_workload_refresh_lowp(const tfb_workload *wl, tfb_backend *be) {
     return be->cast(be->ctx, wl->lowp_pool, wl->gemm_type, wl->param_pool, TFB_F32, wl->numel);
 }
 
+/* Row of the whole tensor that local row i holds (>= full_rows: padding). */
+static long shard_row(const tfb_param_info *p, int tp_rank, int i) {
+    int per_block = p->rows / p->blocks, b = i / per_block, j = i % per_block;
+    long full_block = p->blocks > 1 ? p->full_rows / p->blocks : 0;
+    return b * full_block + (long)tp_rank * per_block + j;
+}
+
+void tfb_shard_extract(const tfb_param_info *p, int tp_rank, const float *full, float *local) {
+    size_t cols = (size_t)p->cols, fcols = (size_t)p->full_cols;
+    if (p->shard == TFB_SHARD_NONE) { memcpy(local, full, p->numel * sizeof(float)); return; }
+    for (int i = 0; i < p->rows; i++) {
+        if (p->shard == TFB_SHARD_COLS) {
+            memcpy(local + i * cols, full + i * fcols + (size_t)tp_rank * cols, cols * sizeof(float));
+            continue;
+        }
+        long r = shard_row(p, tp_rank, i);
+        if (r < p->full_rows) memcpy(local + i * cols, full + (size_t)r * cols, cols * sizeof(float));
+        else memset(local + i * cols, 0, cols * sizeof(float));
+    }
+}
+
+void tfb_shard_insert(const tfb_param_info *p, int tp_rank, const float *local, float *full) {
+    size_t cols = (size_t)p->cols, fcols = (size_t)p->full_cols;
+    if (p->shard == TFB_SHARD_NONE) { memcpy(full, local, p->numel * sizeof(float)); return; }
+    for (int i = 0; i < p->rows; i++) {
+        if (p->shard == TFB_SHARD_COLS) {
+            memcpy(full + i * fcols + (size_t)tp_rank * cols, local + i * cols, cols * sizeof(float));
+            continue;
+        }
+        long r = shard_row(p, tp_rank, i);
+        if (r < p->full_rows) memcpy(full + (size_t)r * cols, local + i * cols, cols * sizeof(float));
+    }
+}
+
 tfb_status tfb_workload_init_params(tfb_workload *wl, tfb_backend *be, tfb_param_init_fn init, const void *ctx) {
-    float *host = malloc(wl->numel * sizeof(float));
-    TFB_CHECK_ALLOC(host);
-    for (int i = 0; i < wl->n_params; i++) init(host + wl->params[i].offset, &wl->params[i], i, ctx);
-    tfb_status st = be->copy_h2d(be->ctx, wl->param_pool, host, wl->numel * sizeof(float));
+    size_t biggest = 0;
+    for (int i = 0; i < wl->n_params; i++) {
+        size_t n = (size_t)wl->params[i].full_rows * wl->params[i].full_cols;
+        if (n > biggest) biggest = n;
+    }
+    float *host = malloc(wl->numel * sizeof(float)), *full = malloc(biggest * sizeof(float) + 1);
+    tfb_status st = host && full ? TFB_OK : TFB_ERR_NOMEM;
+    for (int i = 0; i < wl->n_params && st == TFB_OK; i++) {
+        init(full, &wl->params[i], ctx);
+        tfb_shard_extract(&wl->params[i], wl->tp_rank, full, host + wl->params[i].offset);
+    }
+    if (st == TFB_OK) st = be->copy_h2d(be->ctx, wl->param_pool, host, wl->numel * sizeof(float));
     free(host);
+    free(full);
+    return st;
+}
+
+/* Linear partition by dynamic programming: best[k][j] = smallest largest part placing units [0, j) in k parts. */
+tfb_status tfb_partition(const double *costs, int n, int parts, int *first) {
+    if (parts < 1 || parts > n) return TFB_ERR_ARG;
+    double *prefix = calloc((size_t)n + 1, sizeof *prefix), *best = malloc(sizeof(double) * (n + 1) * (parts + 1));
+    int *cut = calloc((size_t)(n + 1) * (parts + 1), sizeof *cut);
+    if (!prefix || !best || !cut) { free(prefix); free(best); free(cut); return TFB_ERR_NOMEM; }
+    for (int j = 0; j < n; j++) prefix[j + 1] = prefix[j] + costs[j];
+    for (int i = 0; i < (n + 1) * (parts + 1); i++) best[i] = DBL_MAX;
+    best[0] = 0;
+    for (int k = 1; k <= parts; k++)
+        for (int j = k; j <= n; j++)
+            for (int c = k - 1; c < j; c++) {
+                double prev = best[(k - 1) * (n + 1) + c], part = prefix[j] - prefix[c];
+                double v = prev > part ? prev : part;
+                if (prev < DBL_MAX && v < best[k * (n + 1) + j]) { best[k * (n + 1) + j] = v; cut[k * (n + 1) + j] = c; }
+            }
+    first[parts] = n;
+    for (int k = parts, j = n; k >= 1; k--) {
+        j = cut[k * (n + 1) + j];
+        first[k - 1] = j;
+    }
+    free(prefix); free(best); free(cut);
+    return TFB_OK;
+}
+
+tfb_status tfb_workload_slot_take(tfb_workload *wl, int slot, int slots, unsigned char *busy) {
+    if (slot < 0 || slot >= slots || busy[slot]) return TFB_ERR_ARG;
+    busy[slot] = 1;
+    if (++wl->slots_in_use > wl->slots_peak) wl->slots_peak = wl->slots_in_use;
+    return TFB_OK;
+}
+
+void tfb_workload_slot_give(tfb_workload *wl, int slot, unsigned char *busy) {
+    if (!busy[slot]) return;
+    busy[slot] = 0;
+    wl->slots_in_use--;
+}
+
+tfb_status tfb_workload_tp_allreduce(tfb_workload *wl, tfb_comm *tp, float *buf, size_t n, tfb_comm_op op) {
+    if (!tp || tp->size == 1) return TFB_OK;
+    double t0 = tfb_clock_s();
+    tfb_status st = tp->allreduce(tp, buf, n, TFB_COMM_F32, op);
+    wl->tp_comm_s += tfb_clock_s() - t0;
+    wl->tp_bus_bytes += 2.0 * (tp->size - 1) / tp->size * (double)n * sizeof(float);
     return st;
 }

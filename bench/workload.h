@@ -1,21 +1,34 @@
-/* workload.h — what the run driver needs from a model: its parameter table and pools, one step's data, forward,
- * backward (reporting which gradients are complete, for bucketed all-reduce), and its FLOP count.
+/* workload.h — what the run driver needs from a model: its parameter table and pools, one micro-batch's data,
+ * forward and backward of the model's units this pipeline stage holds (reporting which gradients are complete,
+ * for bucketed all-reduce), the activations exchanged with the neighbouring stages, and its FLOP count.
  *
- * BERT (bert.c) implements it; ResNet will. The driver owns timing, the optimizer and communication; a workload
- * owns its tensors and the order of its kernels, and never calls the communication interface itself.
+ * BERT (bert.c) and ResNet (resnet.c) implement it. The driver owns timing, the schedule of micro-batches, the
+ * optimizer and the data-parallel and pipeline communication; a workload owns its tensors and the order of its
+ * kernels. Under tensor parallelism a workload holds its shard of every split tensor and calls the tensor group's
+ * collectives itself (they sit between its kernels); it never talks to other stages or replicas.
  */
 #ifndef TFB_WORKLOAD_H
 #define TFB_WORKLOAD_H
 #include <stddef.h>
 #include <stdint.h>
+#include "comm.h"
 #include "../kernels/backend.h"
+
+/* How a parameter is split over the tensor-parallel group. */
+typedef enum { TFB_SHARD_NONE = 0, TFB_SHARD_ROWS = 1, TFB_SHARD_COLS = 2 } tfb_shard_kind;
 
 typedef struct {
     char name[64];      /* e.g. "layer.3.attn.qkv.weight" */
     size_t offset;      /* in elements, into the parameter (and gradient) pool */
-    size_t numel;
-    int rows, cols;     /* shape; cols == 1 for vectors */
-    int decay;          /* weight decay applies (matrices and embeddings, not biases or LayerNorm) */
+    size_t numel;       /* this rank's elements: rows * cols */
+    int rows, cols;     /* this rank's shape; cols == 1 for vectors */
+    int decay;          /* weight decay applies (matrices and embeddings, not biases or norms) */
+    int index;          /* position in the whole model's parameter list: keys its initialisation */
+    int full_rows, full_cols; /* the whole tensor */
+    tfb_shard_kind shard;
+    int blocks;         /* ROWS: the full rows are `blocks` equal blocks, each split over the group (QKV: 3);
+                           rows beyond full_rows (vocabulary padding) are zero */
+    int tied_copy;      /* a stage-local copy of a parameter another stage owns (BERT's decoder weight) */
 } tfb_param_info;
 
 /* Called during backward: every gradient at pool offset >= `watermark` is complete. */
@@ -26,9 +39,10 @@ typedef tfb_status (*tfb_group_sum_fn)(void *ctx, float *host, int n);
 typedef enum { TFB_OPT_ADAMW = 0, TFB_OPT_SGD = 1 } tfb_optimizer_kind;
 
 typedef struct {
-    int local_batch;         /* samples on this rank per step */
+    int local_batch;         /* samples in one micro-batch on this rank */
+    int microbatches;        /* micro-batches per step (>= 1) */
     int global_batch;        /* samples across the data-parallel group per step */
-    int sample0;             /* global index of this rank's first sample within a step */
+    int sample0;             /* global index of this replica's first sample within a step */
     int seq_len, masked;     /* BERT: sequence length and masked predictions per sequence */
     tfb_dtype gemm_type;     /* GEMM input type: FP32, FP16 or BF16 */
     float dropout;
@@ -36,40 +50,74 @@ typedef struct {
     int fixed_batch;         /* every step reuses step 0's batch */
     int image_size;          /* ResNet: input height and width */
     int sync_bn;             /* ResNet: batch-norm statistics over the whole data-parallel group */
-    int dp_size;             /* ranks in the data-parallel group */
+    int dp_size;             /* replicas in the data-parallel group */
     tfb_group_sum_fn group_sum;
     void *group_sum_ctx;
+    tfb_comm *tp;            /* the tensor-parallel group (size 1 or NULL: none) */
+    int pp_size, pp_rank;    /* pipeline stages and this rank's stage */
+    int slots;               /* activation sets to plan: micro-batches this stage holds at once */
 } tfb_workload_config;
 
 typedef struct tfb_workload tfb_workload;
-/* Fills host x (p->numel) with the initial values of parameter number `index`. */
-typedef void (*tfb_param_init_fn)(float *x, const tfb_param_info *p, int index, const void *ctx);
+/* Fills host x with the whole (unsharded) initial value of parameter p (p->full_rows x p->full_cols). */
+typedef void (*tfb_param_init_fn)(float *x, const tfb_param_info *p, const void *ctx);
 struct tfb_workload {
     void *self;
     const tfb_param_info *params;  /* [n_params], in pool order (forward order) */
     int n_params;
-    size_t numel;                  /* total parameter count */
+    size_t numel;                  /* parameter elements on this rank */
+    size_t model_params;           /* parameters of the whole model (unpadded, no tied copy counted twice) */
     float *param_pool;             /* (numel) FP32 master weights, backend memory */
-    float *grad_pool;              /* (numel) FP32 gradients, backend memory */
+    float *grad_pool;              /* (numel) FP32 gradients, backend memory; accumulate over micro-batches */
     tfb_dtype gemm_type;           /* GEMM input type */
     uint16_t *lowp_pool;           /* (numel) 16-bit copies of the masters for FP16/BF16 GEMMs; NULL in FP32 */
     size_t bytes_planned;          /* every pool this workload allocated */
-    double flops_per_sample;       /* training FLOPs per sample, convention in flops_convention */
+    size_t slot_bytes;             /* activation memory of one micro-batch in flight */
+    double flops_per_sample;       /* training FLOPs per sample of the whole model, convention below */
     const char *flops_convention;
     char shape[96];                /* the input shape in words, for the table ("seq 128, 20 masked") */
+    char stage_desc[96];           /* the units this stage holds, in words */
     tfb_optimizer_kind optimizer;
     float default_lr;              /* when the user gives none */
+    int tp_rank, tp_size;
+    int first_stage, last_stage;   /* this stage reads the data / computes the loss */
+    size_t in_elems, out_elems;    /* floats per micro-batch received from the previous / sent to the next stage */
+    size_t tied_offset, tied_numel;/* gradient to sum with the other end of the pipeline (0 elements: none) */
+    int slots_in_use, slots_peak;  /* activation sets holding a micro-batch now, and the most at once */
+    double tp_comm_s;              /* seconds spent in tensor-parallel collectives (the driver resets it) */
+    double tp_bus_bytes;           /* their bus bytes (nccl-tests convention; the driver resets it) */
 
-    tfb_status (*load_batch)(void *self, int step);                  /* make and upload this step's inputs */
-    tfb_status (*forward)(void *self, int step, double *loss);       /* *loss: this rank's mean loss */
-    tfb_status (*backward)(void *self, int step, float loss_scale, tfb_grad_ready_fn ready, void *ready_ctx);
+    tfb_status (*load_batch)(void *self, int step, int mb, int slot);  /* make and upload a micro-batch's inputs */
+    /* Forward of micro-batch mb into activation set `slot`; on the last stage *loss is its mean loss. */
+    tfb_status (*forward)(void *self, int step, int mb, int slot, double *loss);
+    /* Backward of the micro-batch in `slot` (frees it); gradients accumulate. loss_scale includes 1/microbatches. */
+    tfb_status (*backward)(void *self, int step, int mb, int slot, float loss_scale, tfb_grad_ready_fn ready,
+                           void *ready_ctx);
+    float *(*stage_input)(void *self, int slot);   /* (in_elems) received before forward; NULL on the first stage */
+    const float *(*stage_output)(void *self, int slot); /* (out_elems) sent after forward; NULL on the last */
+    float *(*grad_output)(void *self);             /* (out_elems) received before backward; NULL on the last */
+    const float *(*grad_input)(void *self);        /* (in_elems) sent after backward; NULL on the first */
     tfb_status (*dump_batch)(void *self, const char *dir);           /* inputs of the current batch as .npy */
     void (*destroy)(void *self);
 };
 
-/* workload.c: every parameter initialised on the host by `init`, then uploaded to the parameter pool in one copy. */
+/* workload.c: every parameter's whole tensor initialised on the host by `init`, this rank's shard kept, then
+ * uploaded to the parameter pool in one copy. */
 tfb_status tfb_workload_init_params(tfb_workload *wl, tfb_backend *be, tfb_param_init_fn init, const void *ctx);
 /* The 16-bit weight copies (lowp_pool) refreshed from the FP32 masters; nothing in FP32. */
 tfb_status tfb_workload_refresh_lowp(const tfb_workload *wl, tfb_backend *be);
+/* local (p->numel) = shard tp_rank of full (full_rows x full_cols); padding rows zero. */
+void tfb_shard_extract(const tfb_param_info *p, int tp_rank, const float *full, float *local);
+/* The inverse: shard tp_rank's elements written into full (padding dropped). */
+void tfb_shard_insert(const tfb_param_info *p, int tp_rank, const float *local, float *full);
+/* Contiguous split of n units with costs[] into `parts` non-empty ranges minimising the largest sum:
+ * part i is [first[i], first[i + 1]). Returns TFB_ERR_ARG when parts > n. */
+tfb_status tfb_partition(const double *costs, int n, int parts, int *first);
+/* Activation-set bookkeeping for forward (take) and backward (give); records the peak. */
+tfb_status tfb_workload_slot_take(tfb_workload *wl, int slot, int slots, unsigned char *busy);
+void tfb_workload_slot_give(tfb_workload *wl, int slot, unsigned char *busy);
+/* Sum (or max) over the tensor group, timed into wl->tp_comm_s and counted into tp_bus_bytes; nothing when there
+ * is no group. */
+tfb_status tfb_workload_tp_allreduce(tfb_workload *wl, tfb_comm *tp, float *buf, size_t n, tfb_comm_op op);
 
 #endif

@@ -168,6 +168,29 @@ struct tfb_backend {
     /* dx (n, c, hw) = dy (n, c) / hw */
     tfb_status (*avgpool_bwd)(void *ctx, float *dx, const float *dy, int n, int c, int hw);
 
+    /* ---- tensor-parallel shards (the caller combines ranks with all-reduces between the passes) ---- */
+    /* as embedding_fwd for a table holding rows [row0, row0 + rows) of the full one; other ids give zero rows */
+    tfb_status (*embedding_fwd_shard)(void *ctx, float *out, const float *table, const int *ids, int n, int h,
+                                      int row0, int rows, int accumulate);
+    /* dtable (rows, h) += scatter of dout (n, h) for the ids in [row0, row0 + rows) */
+    tfb_status (*embedding_bwd_shard)(void *ctx, float *dtable, const float *dout, const int *ids, int n, int h,
+                                      int row0, int rows);
+    /* cross-entropy over classes split across ranks; this rank holds classes [col0, col0 + valid) as the first
+     * `valid` columns of logits (n, v) (columns >= valid are padding and take no part).
+     * pass 1: rowmax (n) = max over the shard (all-reduce MAX next) */
+    tfb_status (*xent_shard_max)(void *ctx, float *rowmax, const float *logits, int n, int v, int valid);
+    /* pass 2: sums (n, 2) = [sum exp(logit - rowmax), logit of the label when this shard holds it, else 0]
+     * (all-reduce SUM next; the row's loss is log(sums[0]) + rowmax - sums[1]) */
+    tfb_status (*xent_shard_sum)(void *ctx, float *sums, const float *logits, const int *labels, const float *rowmax,
+                                 int n, int v, int valid, int col0);
+    /* dlogits (n, v) = (softmax - onehot) * dscale on the shard, 0 in padding; may alias logits */
+    tfb_status (*xent_shard_bwd)(void *ctx, float *dlogits, const float *logits, const int *labels,
+                                 const float *rowmax, const float *sums, int n, int v, int valid, int col0,
+                                 float dscale);
+    /* dst (rows, cols) with leading dimension dst_ld = src (rows, cols) with leading dimension src_ld */
+    tfb_status (*copy_2d)(void *ctx, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows,
+                          size_t cols);
+
     /* dst (n) = src (n) converted between FP32, FP16 and BF16 */
     tfb_status (*cast)(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type, size_t n);
 

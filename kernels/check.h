@@ -15,7 +15,8 @@ typedef enum {
     TFB_ERR_BACKEND = 4, /* a compute library reported an error */
     TFB_ERR_COMM = 5,    /* the communication library reported an error */
     TFB_ERR_IO = 6,      /* a file could not be read or written */
-    TFB_ERR_NUMERIC = 7  /* a non-finite value where training cannot continue */
+    TFB_ERR_NUMERIC = 7, /* a non-finite value where training cannot continue */
+    TFB_ERR_STATE = 8    /* an internal invariant failed (a bug in tfbench) */
 } tfb_status;
 
 /* Who is reporting: set once by the driver, printed by every failed check. */

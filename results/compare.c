@@ -13,18 +13,32 @@
 
 static void value_text(const cJSON *v, char *buf, size_t len);
 
+/* One configuration of a results file that ran. */
 typedef struct {
-    const char *path;
-    cJSON *root, *config, *env;
+    const cJSON *config;
     double throughput;
     double *steps;           /* per-step times (global) */
     int n_steps;
+} run_config;
+
+enum { MAX_CONFIGS = 256 };
+
+typedef struct {
+    const char *path;
+    cJSON *root, *env;
+    run_config cfg[MAX_CONFIGS];
+    int n_cfg;
 } run_file;
 
-/* The fields that make two runs the same experiment. */
-static const char *const KEY_FIELDS[] = {"model", "precision", "parallel", "scaling", "ranks", "global_batch",
-                                         "batch_per_rank", "seq_len", "masked_per_sequence", "image_size",
-                                         "sync_bn", NULL};
+/* The fields that make two configurations the same experiment (a field one file lacks is not compared, so
+ * schema 1 files, which predate the layout fields, still match). */
+static const char *const KEY_FIELDS[] = {"model", "precision", "strategy", "scaling", "ranks", "data_parallel_size",
+                                         "tensor_parallel_size", "pipeline_parallel_size", "microbatches",
+                                         "pipeline_schedule", "global_batch", "batch_per_rank", "seq_len",
+                                         "masked_per_sequence", "image_size", "sync_bn", NULL};
+/* The fields that name a configuration within a file. */
+static const char *const LAYOUT_FIELDS[] = {"strategy", "ranks", "data_parallel_size", "tensor_parallel_size",
+                                            "pipeline_parallel_size", NULL};
 
 static char *slurp(const char *path, char *err, size_t len) {
     FILE *f = fopen(path, "rb");
@@ -40,7 +54,7 @@ static char *slurp(const char *path, char *err, size_t len) {
     return buf;
 }
 
-static int load_steps(run_file *r, const cJSON *arr) {
+static int load_steps(run_config *r, const cJSON *arr) {
     int n = cJSON_GetArraySize(arr);
     r->steps = n > 0 ? malloc((size_t)n * sizeof(double)) : NULL;
     if (!r->steps) return 0;
@@ -53,32 +67,57 @@ static int load_steps(run_file *r, const cJSON *arr) {
     return 1;
 }
 
+/* One configuration object (schema 2) or the whole file (schema 1): config, throughput, per-step times. */
+static int config_parse(run_config *c, const cJSON *obj) {
+    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(obj, "summary");
+    const cJSON *tp = cJSON_GetObjectItemCaseSensitive(sum, "throughput_samples_per_s");
+    const cJSON *steps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "per_step"),
+                                                          "step_time_s");
+    c->config = cJSON_GetObjectItemCaseSensitive(obj, "config");
+    if (!cJSON_IsObject(c->config) || !cJSON_IsNumber(tp) || !(tp->valuedouble > 0) || !cJSON_IsArray(steps) ||
+        !load_steps(c, steps))
+        return 0;
+    c->throughput = tp->valuedouble;
+    return 1;
+}
+
+/* Schema 2: every configuration that ran (skipped ones carry no measurements). */
+static int configs_parse(run_file *r, const cJSON *list) {
+    const cJSON *item;
+    if (!cJSON_IsArray(list)) return 0;
+    cJSON_ArrayForEach(item, list) {
+        if (cJSON_GetObjectItemCaseSensitive(item, "skipped")) continue;
+        if (r->n_cfg == MAX_CONFIGS || !config_parse(&r->cfg[r->n_cfg], item)) return 0;
+        r->n_cfg++;
+    }
+    return r->n_cfg > 0;
+}
+
 /* Parses and validates the text of a results file into r (r->root owned by r even on failure). */
 static int run_parse(run_file *r, const char *text, const char *path, char *err, size_t len) {
     r->path = path;
     r->root = cJSON_Parse(text);
     if (!cJSON_IsObject(r->root)) { snprintf(err, len, "%s: not a JSON object (truncated or not a results file)", path); return 0; }
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(r->root, "schema_version");
-    if (!cJSON_IsNumber(ver) || ver->valuedouble != TFB_SCHEMA_VERSION) {
+    int v1 = cJSON_IsNumber(ver) && ver->valuedouble == 1;
+    if (!cJSON_IsNumber(ver) || (!v1 && ver->valuedouble != TFB_SCHEMA_VERSION)) {
         char v[64];
         value_text(ver, v, sizeof v);
-        snprintf(err, len, "%s: schema_version %s is not supported (this tfbench reads %d)", path, v,
+        snprintf(err, len, "%s: schema_version %s is not supported (this tfbench reads 1 and %d)", path, v,
                  TFB_SCHEMA_VERSION);
         return 0;
     }
-    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(r->root, "summary");
-    const cJSON *tp = cJSON_GetObjectItemCaseSensitive(sum, "throughput_samples_per_s");
-    const cJSON *steps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r->root, "per_step"),
-                                                          "step_time_s");
-    r->config = cJSON_GetObjectItemCaseSensitive(r->root, "config");
     r->env = cJSON_GetObjectItemCaseSensitive(r->root, "environment");
-    if (!cJSON_IsObject(r->config) || !cJSON_IsNumber(tp) || !(tp->valuedouble > 0) || !cJSON_IsArray(steps) ||
-        !load_steps(r, steps)) {
-        snprintf(err, len, "%s: missing or invalid config, throughput or per-step times", path);
-        return 0;
-    }
-    r->throughput = tp->valuedouble;
-    return 1;
+    int ok = v1 ? config_parse(&r->cfg[0], r->root) : configs_parse(r, cJSON_GetObjectItemCaseSensitive(r->root,
+                                                                                                      "configurations"));
+    if (v1 && ok) r->n_cfg = 1;
+    if (!ok) snprintf(err, len, "%s: missing or invalid config, throughput or per-step times", path);
+    return ok;
+}
+
+static void run_free(run_file *r) {
+    cJSON_Delete(r->root);
+    for (int i = 0; i < MAX_CONFIGS; i++) free(r->cfg[i].steps);
 }
 
 static int run_load(run_file *r, const char *path, char *err, size_t len) {
@@ -89,10 +128,10 @@ static int run_load(run_file *r, const char *path, char *err, size_t len) {
 }
 
 int tfb_compare_check_text(const char *text, char *err, size_t len) {
-    run_file r = {0};
+    static run_file r;
+    memset(&r, 0, sizeof r);
     int ok = run_parse(&r, text, "input", err, len);
-    cJSON_Delete(r.root);
-    free(r.steps);
+    run_free(&r);
     return ok;
 }
 
@@ -112,6 +151,9 @@ static int print_differences(FILE *f, const char *section, const cJSON *a, const
         cJSON_ArrayForEach(item, (pass ? b : a)) {
             if (!item->string || cJSON_IsObject(item) || cJSON_IsArray(item)) continue;
             if (pass && cJSON_GetObjectItemCaseSensitive(a, item->string)) continue;
+            if (only && (!cJSON_GetObjectItemCaseSensitive(a, item->string) ||
+                         !cJSON_GetObjectItemCaseSensitive(b, item->string)))
+                continue;
             int listed = !only;
             for (int i = 0; only && only[i]; i++) listed |= strcmp(only[i], item->string) == 0;
             if (!listed) continue;
@@ -167,7 +209,7 @@ typedef struct {
     const char *verdict;
 } comparison;
 
-static comparison compare_runs(const run_file *a, const run_file *b, double threshold) {
+static comparison compare_runs(const run_config *a, const run_config *b, double threshold) {
     comparison c = {.change_pct = (b->throughput / a->throughput - 1.0) * 100.0};
     c.p = tfb_mann_whitney_p(a->steps, (size_t)a->n_steps, b->steps, (size_t)b->n_steps);
     int beyond_noise = c.p < 0.01, matters = fabs(c.change_pct) >= threshold;
@@ -176,14 +218,33 @@ static comparison compare_runs(const run_file *a, const run_file *b, double thre
     return c;
 }
 
-static void print_result(FILE *f, const compare_opts *o, const run_file *a, const run_file *b, const comparison *c) {
-    char name[160], model[64], prec[16], ranks[16];
-    value_text(cJSON_GetObjectItemCaseSensitive(a->config, "model"), model, sizeof model);
-    value_text(cJSON_GetObjectItemCaseSensitive(a->config, "precision"), prec, sizeof prec);
-    value_text(cJSON_GetObjectItemCaseSensitive(a->config, "ranks"), ranks, sizeof ranks);
-    snprintf(name, sizeof name, "%s %s %s ranks", model, prec, ranks);
+static void config_name(const run_config *a, char *name, size_t len) {
+    char model[64], prec[16], ranks[16], strat[32], d[16], t[16], p[16];
+    const char *keys[] = {"model", "precision", "ranks", "strategy", "data_parallel_size", "tensor_parallel_size",
+                          "pipeline_parallel_size"};
+    char *vals[] = {model, prec, ranks, strat, d, t, p};
+    size_t sizes[] = {sizeof model, sizeof prec, sizeof ranks, sizeof strat, sizeof d, sizeof t, sizeof p};
+    for (int i = 0; i < 7; i++) value_text(cJSON_GetObjectItemCaseSensitive(a->config, keys[i]), vals[i], sizes[i]);
+    if (strcmp(strat, "-") == 0) snprintf(name, len, "%s %s %s ranks", model, prec, ranks);
+    else snprintf(name, len, "%s %s %s %sx%sx%s", model, prec, strat, d, t, p);
+}
+
+static void print_header(FILE *f, const compare_opts *o) {
     if (strcmp(o->format, "csv") == 0) {
         fprintf(f, "configuration,base_samples_per_s,new_samples_per_s,change_pct,p_value,verdict\n");
+    } else if (strcmp(o->format, "text") == 0 || strcmp(o->format, "markdown") == 0) {
+        const char *sep = strcmp(o->format, "markdown") == 0 ? "|" : " ";
+        fprintf(f, "%s %-36s %s %14s %s %14s %s %8s %s %8s %s %-28s %s\n", sep, "configuration", sep, "base samples/s",
+                sep, "new samples/s", sep, "change", sep, "p", sep, "verdict", sep);
+        if (strcmp(o->format, "markdown") == 0) fprintf(f, "|---|---:|---:|---:|---:|---|\n");
+    }
+}
+
+static void print_result(FILE *f, const compare_opts *o, const run_config *a, const run_config *b,
+                         const comparison *c) {
+    char name[200];
+    config_name(a, name, sizeof name);
+    if (strcmp(o->format, "csv") == 0) {
         fprintf(f, "%s,%.6g,%.6g,%.3f,%.3g,%s\n", name, a->throughput, b->throughput, c->change_pct, c->p, c->verdict);
     } else if (strcmp(o->format, "json") == 0) {
         fprintf(f, "{\"configuration\": \"%s\", \"base_samples_per_s\": %.6g, \"new_samples_per_s\": %.6g, "
@@ -191,38 +252,63 @@ static void print_result(FILE *f, const compare_opts *o, const run_file *a, cons
                 name, a->throughput, b->throughput, c->change_pct, c->p, o->threshold_pct, c->verdict);
     } else {
         const char *sep = strcmp(o->format, "markdown") == 0 ? "|" : " ";
-        fprintf(f, "%s %-28s %s %14s %s %14s %s %8s %s %8s %s %-28s %s\n", sep, "configuration", sep, "base samples/s",
-                sep, "new samples/s", sep, "change", sep, "p", sep, "verdict", sep);
-        if (strcmp(o->format, "markdown") == 0) fprintf(f, "|---|---:|---:|---:|---:|---|\n");
-        fprintf(f, "%s %-28s %s %14.2f %s %14.2f %s %+7.2f%% %s %8.2g %s %-28s %s\n", sep, name, sep, a->throughput,
+        fprintf(f, "%s %-36s %s %14.2f %s %14.2f %s %+7.2f%% %s %8.2g %s %-28s %s\n", sep, name, sep, a->throughput,
                 sep, b->throughput, sep, c->change_pct, sep, c->p, sep, c->verdict, sep);
-        fprintf(f, "p: two-sided Mann-Whitney U on the per-step times (%d vs %d steps); beyond noise when p < 0.01 "
-                   "and |change| >= %g%%\n", a->n_steps, b->n_steps, o->threshold_pct);
     }
+}
+
+/* The configuration of b with the same layout as a, or NULL. */
+static const run_config *match(const run_config *a, const run_file *b) {
+    for (int i = 0; i < b->n_cfg; i++)
+        if (!print_differences(NULL, "config", a->config, b->cfg[i].config, LAYOUT_FIELDS)) return &b->cfg[i];
+    return NULL;
+}
+
+/* Compares every configuration of a with its match in b; returns 1 when something regressed, 2 when the files
+ * hold different experiments (and not forced). */
+static int compare_files(const compare_opts *o, const run_file *a, const run_file *b) {
+    int regressed = 0, rows = 0;
+    for (int i = 0; i < a->n_cfg; i++) {
+        const run_config *x = &a->cfg[i], *y = a->n_cfg == 1 && b->n_cfg == 1 ? &b->cfg[0] : match(x, b);
+        if (!y) continue;
+        if (print_differences(NULL, "config", x->config, y->config, KEY_FIELDS) && !o->force) {
+            fprintf(stderr, "tfbench compare: the runs are different experiments (use --force to compare anyway):\n");
+            print_differences(stderr, "config", x->config, y->config, KEY_FIELDS);
+            return 2;
+        }
+        if (rows++ == 0) {
+            printf("environment differences:\n");
+            if (!print_differences(stdout, "environment", a->env, b->env, NULL)) printf("  none\n");
+            print_differences(stdout, "config", x->config, y->config, NULL);
+            print_header(stdout, o);
+        }
+        comparison c = compare_runs(x, y, o->threshold_pct);
+        print_result(stdout, o, x, y, &c);
+        regressed |= strcmp(c.verdict, "regression") == 0;
+    }
+    if (rows == 0) {
+        fprintf(stderr, "tfbench compare: no configuration of %s appears in %s\n", a->path, b->path);
+        return 2;
+    }
+    if (strcmp(o->format, "text") == 0 || strcmp(o->format, "markdown") == 0)
+        printf("p: two-sided Mann-Whitney U on the per-step times; beyond noise when p < 0.01 and |change| >= %g%%\n",
+               o->threshold_pct);
+    return regressed;
 }
 
 int tfb_compare_main(int argc, char **argv) {
     compare_opts o;
-    run_file a = {0}, b = {0};
+    static run_file a, b;
     char err[512];
     int code = 2;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
     if (!parse_args(argc, argv, &o)) return 2;
-    if (!run_load(&a, o.base, err, sizeof err) || !run_load(&b, o.new_, err, sizeof err)) {
+    if (!run_load(&a, o.base, err, sizeof err) || !run_load(&b, o.new_, err, sizeof err))
         fprintf(stderr, "tfbench compare: %s\n", err);
-    } else if (print_differences(NULL, "config", a.config, b.config, KEY_FIELDS) && !o.force) {
-        fprintf(stderr, "tfbench compare: the runs are different experiments (use --force to compare anyway):\n");
-        print_differences(stderr, "config", a.config, b.config, KEY_FIELDS);
-    } else {
-        printf("environment differences:\n");
-        if (!print_differences(stdout, "environment", a.env, b.env, NULL)) printf("  none\n");
-        print_differences(stdout, "config", a.config, b.config, NULL);
-        comparison c = compare_runs(&a, &b, o.threshold_pct);
-        print_result(stdout, &o, &a, &b, &c);
-        code = strcmp(c.verdict, "regression") == 0 ? 1 : 0;
-    }
-    cJSON_Delete(a.root);
-    cJSON_Delete(b.root);
-    free(a.steps);
-    free(b.steps);
+    else
+        code = compare_files(&o, &a, &b);
+    run_free(&a);
+    run_free(&b);
     return code;
 }

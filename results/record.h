@@ -7,7 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { TFB_PHASE_FWD, TFB_PHASE_BWD, TFB_PHASE_COMM, TFB_PHASE_OPT, TFB_N_PHASES };
+/* Phases of a step on one rank: forward and backward compute (tensor-parallel collectives included), time blocked
+ * in pipeline transfers, the data-parallel gradient wait (and the tied-embedding sum), the optimizer. */
+enum { TFB_PHASE_FWD, TFB_PHASE_BWD, TFB_PHASE_PIPE, TFB_PHASE_COMM, TFB_PHASE_OPT, TFB_N_PHASES };
+enum { TFB_MAX_STAGES = 64 };
 
 typedef struct {
     /* configuration */
@@ -15,10 +18,15 @@ typedef struct {
     int argc;
     char **argv;
     const char *model, *precision, *parallel, *scaling, *backend;
+    const char *strategy;        /* "single", "data", "tensor", "pipeline", "hybrid" */
+    const char *skip;            /* comparison runs: why this layout did not run (NULL: it ran) */
+    int dp, tp, pp;              /* layout: ranks = dp * tp * pp */
+    int microbatches;            /* per step and replica */
+    const char *schedule;        /* "gpipe", "1f1b" */
     int ranks, threads_per_rank, local_batch, global_batch, seq_len, masked, warmup, steps, trials;
     double dropout, lr, weight_decay, bucket_mb;
     const char *optimizer;       /* name and fixed hyper-parameters */
-    const char *shape;           /* the workload's input shape in words */
+    char shape[96];              /* the workload's input shape in words */
     int image_size, sync_bn;     /* ResNet (image_size 0 for BERT) */
     uint64_t seed;
     size_t params;
@@ -26,8 +34,18 @@ typedef struct {
     const char *flops_convention;
     double peak_tflops;          /* sum over ranks */
     const char *peak_source;     /* "measured: ..." or "given with --peak-tflops" */
-    size_t memory_bytes;         /* planned pools on one rank */
+    size_t memory_bytes;         /* planned pools, the largest of any rank */
     int n_buckets;
+    /* pipeline stages (index = stage) */
+    char stage_desc[TFB_MAX_STAGES][96];
+    double stage_bubble[TFB_MAX_STAGES];    /* median share of the step a stage spent blocked in transfers */
+    int stage_peak_slots[TFB_MAX_STAGES];   /* most micro-batches of activations held at once (allocator record) */
+    double stage_act_bytes[TFB_MAX_STAGES]; /* their bytes: peak slots x one micro-batch's activations */
+    double bubble_predicted;     /* (P - 1) / (M + P - 1) */
+    /* where the step went, mean over ranks of each rank's median share */
+    double share_compute, share_comm, share_bubble;
+    double bus_bytes_per_step;   /* collective bus bytes per step and rank (nccl-tests convention) */
+    double coll_time_s;          /* median time per step in collectives (TP calls + exposed DP wait), max over ranks */
     /* measurements */
     double *step_s;              /* [trials * steps] */
     double *phase_s[TFB_N_PHASES]; /* [trials * steps] */

@@ -59,12 +59,18 @@ static cJSON *config_json(const tfb_run_record *r) {
     cJSON_AddStringToObject(c, "math", "GEMM inputs in the stated precision, FP32 accumulation; FP32 master weights, "
                                        "softmax, LayerNorm, loss and AdamW; FP16 with dynamic loss scaling");
     cJSON_AddStringToObject(c, "parallel", r->parallel);
+    cJSON_AddStringToObject(c, "strategy", r->strategy);
     cJSON_AddStringToObject(c, "scaling", r->scaling);
     cJSON_AddStringToObject(c, "backend", r->backend);
     cJSON_AddNumberToObject(c, "ranks", r->ranks);
-    cJSON_AddNumberToObject(c, "data_parallel_size", r->ranks);
+    cJSON_AddNumberToObject(c, "data_parallel_size", r->dp);
+    cJSON_AddNumberToObject(c, "tensor_parallel_size", r->tp);
+    cJSON_AddNumberToObject(c, "pipeline_parallel_size", r->pp);
+    cJSON_AddNumberToObject(c, "microbatches", r->microbatches);
+    cJSON_AddStringToObject(c, "pipeline_schedule", r->schedule);
     cJSON_AddNumberToObject(c, "threads_per_rank", r->threads_per_rank);
     cJSON_AddNumberToObject(c, "batch_per_rank", r->local_batch);
+    cJSON_AddStringToObject(c, "batch_per_rank_definition", "samples in one micro-batch of one replica");
     cJSON_AddNumberToObject(c, "global_batch", r->global_batch);
     cJSON_AddStringToObject(c, "input", r->shape);
     if (r->image_size) {
@@ -120,6 +126,22 @@ static cJSON *summary_json(const tfb_run_record *r, const tfb_run_summary *s) {
     cJSON_AddItemToObject(o, "peak_tflops_all_ranks", num_or_null(r->peak_tflops));
     cJSON_AddStringToObject(o, "peak_source", r->peak_source);
     cJSON_AddItemToObject(o, "mfu", num_or_null(s->mfu));
+    cJSON *sh = cJSON_CreateObject();
+    cJSON_AddNumberToObject(sh, "compute", r->share_compute);
+    cJSON_AddNumberToObject(sh, "exposed_communication", r->share_comm);
+    cJSON_AddNumberToObject(sh, "pipeline_bubble", r->share_bubble);
+    cJSON_AddStringToObject(sh, "definition", "each rank's median over timed steps of the share of its step time, "
+                            "averaged over ranks; communication = tensor-parallel collectives + the data-parallel "
+                            "wait after backward; bubble = time blocked in pipeline transfers");
+    cJSON_AddItemToObject(o, "step_shares", sh);
+    cJSON_AddNumberToObject(o, "collective_bus_bytes_per_step", r->bus_bytes_per_step);
+    cJSON_AddNumberToObject(o, "collective_time_per_step_s", r->coll_time_s);
+    cJSON_AddItemToObject(o, "collective_bus_bandwidth_gb_s",
+                          num_or_null(r->coll_time_s > 0 ? r->bus_bytes_per_step / r->coll_time_s / 1e9 : NAN));
+    cJSON_AddStringToObject(o, "collective_bus_bandwidth_definition",
+                            "bus bytes per step and rank (all-reduce 2(n-1)/n, all-gather (n-1)/n of the data, "
+                            "nccl-tests convention) / median time in tensor-parallel collectives plus the exposed "
+                            "data-parallel wait; an upper bound when data-parallel buckets overlap backward");
     return o;
 }
 
@@ -142,6 +164,8 @@ static cJSON *checks_json(const tfb_run_record *r) {
     }
     cJSON_AddItemToObject(o, "param_checksum_per_rank", sums);
     cJSON_AddBoolToObject(o, "params_identical_across_ranks", r->params_identical);
+    cJSON_AddStringToObject(o, "params_identical_definition", "every data-parallel replica holds the same FP32 "
+                            "master weights as replica 0 for its stage and tensor shard");
     cJSON_AddItemToObject(o, "rank_median_step_s", cJSON_CreateDoubleArray(r->rank_step_median_s, r->ranks));
     cJSON *per_rank = cJSON_CreateArray();
     int n = r->trials * r->steps;
@@ -156,9 +180,55 @@ static cJSON *checks_json(const tfb_run_record *r) {
     return o;
 }
 
-static cJSON *record_json(const tfb_run_record *r, const char *mpi_library) {
+static cJSON *pipeline_json(const tfb_run_record *r) {
+    cJSON *o = cJSON_CreateObject(), *stages = cJSON_CreateArray();
+    cJSON_AddNumberToObject(o, "bubble_predicted", r->bubble_predicted);
+    cJSON_AddStringToObject(o, "bubble_predicted_definition", "(P - 1) / (M + P - 1)");
+    for (int p = 0; p < r->pp && p < TFB_MAX_STAGES; p++) {
+        cJSON *st = cJSON_CreateObject();
+        cJSON_AddNumberToObject(st, "stage", p);
+        cJSON_AddStringToObject(st, "units", r->stage_desc[p]);
+        cJSON_AddNumberToObject(st, "bubble_measured", r->stage_bubble[p]);
+        cJSON_AddNumberToObject(st, "peak_microbatches_held", r->stage_peak_slots[p]);
+        cJSON_AddNumberToObject(st, "activation_bytes_held", r->stage_act_bytes[p]);
+        cJSON_AddItemToArray(stages, st);
+    }
+    cJSON_AddItemToObject(o, "stages", stages);
+    cJSON_AddStringToObject(o, "definition", "bubble_measured: the stage's median share of the step blocked in "
+                            "transfers (tensor rank 0 of replica 0); peak_microbatches_held: the allocator's record");
+    return o;
+}
+
+static cJSON *skipped_json(const tfb_run_record *r) {
+    cJSON *c = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
+    cJSON_AddStringToObject(cfg, "model", r->model);
+    cJSON_AddStringToObject(cfg, "precision", r->precision);
+    cJSON_AddStringToObject(cfg, "strategy", r->strategy);
+    cJSON_AddNumberToObject(cfg, "ranks", r->dp * r->tp * r->pp);
+    cJSON_AddNumberToObject(cfg, "data_parallel_size", r->dp);
+    cJSON_AddNumberToObject(cfg, "tensor_parallel_size", r->tp);
+    cJSON_AddNumberToObject(cfg, "pipeline_parallel_size", r->pp);
+    cJSON_AddNumberToObject(cfg, "global_batch", r->global_batch);
+    cJSON_AddItemToObject(c, "config", cfg);
+    cJSON_AddStringToObject(c, "skipped", r->skip);
+    return c;
+}
+
+static cJSON *configuration_json(const tfb_run_record *r) {
+    if (r->skip) return skipped_json(r);
     tfb_run_summary s = tfb_record_summarize(r);
-    cJSON *root = cJSON_CreateObject(), *argv = cJSON_CreateArray();
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToObject(c, "config", config_json(r));
+    cJSON_AddItemToObject(c, "summary", summary_json(r, &s));
+    cJSON_AddItemToObject(c, "pipeline", pipeline_json(r));
+    cJSON_AddItemToObject(c, "per_step", per_step_json(r));
+    cJSON_AddItemToObject(c, "checks", checks_json(r));
+    return c;
+}
+
+static cJSON *run_json(const tfb_run_record *recs, int n, int complete, const char *mpi_library) {
+    const tfb_run_record *r = &recs[0];
+    cJSON *root = cJSON_CreateObject(), *argv = cJSON_CreateArray(), *list = cJSON_CreateArray();
     char when[32];
     time_t now = time(NULL);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
@@ -166,18 +236,18 @@ static cJSON *record_json(const tfb_run_record *r, const char *mpi_library) {
     cJSON_AddStringToObject(root, "tool", "tfbench");
     cJSON_AddStringToObject(root, "started_at", r->started_at);
     cJSON_AddStringToObject(root, "written_at", when);
+    cJSON_AddBoolToObject(root, "complete", complete);
     for (int i = 0; i < r->argc; i++) cJSON_AddItemToArray(argv, cJSON_CreateString(r->argv[i]));
     cJSON_AddItemToObject(root, "command_line", argv);
-    cJSON_AddItemToObject(root, "config", config_json(r));
     cJSON_AddItemToObject(root, "environment", tfb_env_capture(mpi_library));
-    cJSON_AddItemToObject(root, "summary", summary_json(r, &s));
-    cJSON_AddItemToObject(root, "per_step", per_step_json(r));
-    cJSON_AddItemToObject(root, "checks", checks_json(r));
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(list, configuration_json(&recs[i]));
+    cJSON_AddItemToObject(root, "configurations", list);
     return root;
 }
 
-tfb_status tfb_results_write(const char *path, const tfb_run_record *r, const char *mpi_library) {
-    cJSON *root = record_json(r, mpi_library);
+tfb_status tfb_results_write(const char *path, const tfb_run_record *recs, int n, int complete,
+                             const char *mpi_library) {
+    cJSON *root = run_json(recs, n, complete, mpi_library);
     char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     TFB_CHECK_ALLOC(text);

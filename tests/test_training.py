@@ -32,12 +32,21 @@ def check(name, cond, detail=""):
     failures += 0 if cond else 1
 
 
+def flat(res):
+    """A results file with one configuration, that configuration's fields merged into the top level."""
+    if res is None or len(res.get("configurations", [])) != 1:
+        return res
+    merged = dict(res)
+    merged.update(res["configurations"][0])
+    return merged
+
+
 def tfbench(args, ranks=1, name="run"):
     out = os.path.join(TMP, name + ".json")
     cmd = ["mpirun", "-np", str(ranks), BIN] if ranks > 1 else [BIN]
     p = subprocess.run(cmd + ["--output", out, "--progress", "off"] + args, env=ENV, capture_output=True, text=True, timeout=600)
     res = json.load(open(out)) if p.returncode == 0 and os.path.exists(out) else None
-    return p, res
+    return p, flat(res)
 
 
 def losses(res):
@@ -48,7 +57,7 @@ def max_rel(a, b):
     return max(abs(x - y) / abs(y) for x, y in zip(a, b))
 
 
-SMALL = ["--model", "bert-tiny", "--seq-len", "32", "--warmup", "0", "--lr", "1e-3", "--peak-tflops", "1"]
+SMALL = ["--model", "bert-tiny", "--seq-len", "32", "--warmup", "0", "--lr", "1e-3", "--peak-tflops", "1", "--parallel", "data"]
 
 
 def test_loss_falls():
@@ -93,7 +102,7 @@ def test_mixed_precision():
     check("fp32_overflow_stops_with_message", p.returncode != 0 and "non-finite gradient at step 3" in p.stderr and r is None, f"rc {p.returncode} {p.stderr[-300:]}")
 
 
-RESNET = ["--model", "resnet-tiny", "--warmup", "0", "--peak-tflops", "1"]
+RESNET = ["--model", "resnet-tiny", "--warmup", "0", "--peak-tflops", "1", "--parallel", "data"]
 
 
 def test_resnet():
@@ -178,7 +187,7 @@ def test_faults():
         out = os.path.join(TMP, f"nan_{prec}.json")
         p = subprocess.run(fault + ["--precision", prec, "--inject-nan", "2", "--output", out], env=ENV, capture_output=True, text=True, timeout=120)
         if want == 0:
-            r = json.load(open(out)) if p.returncode == 0 else {}
+            r = flat(json.load(open(out))) if p.returncode == 0 else {}
             ok = p.returncode == 0 and r["checks"]["skipped_steps"] == 1 and r["checks"]["params_identical_across_ranks"]
         else:
             ok = p.returncode != 0 and "non-finite gradient at step 2" in p.stderr and not os.path.exists(out)
@@ -195,7 +204,7 @@ def test_results_never_lost():
     err += job.communicate(timeout=300)[1]
     saved = [f for f in os.listdir(work) if f.startswith("tfbench-results-")]
     ok = job.returncode == 1 and len(saved) == 1 and f"saved them to ./{saved[0]}" in err \
-        and json.load(open(os.path.join(work, saved[0])))["summary"]["throughput_samples_per_s"] > 0
+        and flat(json.load(open(os.path.join(work, saved[0]))))["summary"]["throughput_samples_per_s"] > 0
     check("results_go_to_fallback_file_when_output_dir_removed", ok, f"rc {job.returncode} {saved} {err[-300:]}")
     work = os.path.join(TMP, "concurrent")
     os.makedirs(work)
@@ -203,7 +212,7 @@ def test_results_never_lost():
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
     codes = [j.wait(timeout=300) for j in jobs]
     files = os.listdir(os.path.join(work, "results", "runs")) if os.path.isdir(os.path.join(work, "results", "runs")) else []
-    ok = codes == [0, 0] and len(files) == 2 and all(json.load(open(os.path.join(work, "results", "runs", f)))["schema_version"] == 1 for f in files)
+    ok = codes == [0, 0] and len(files) == 2 and all(json.load(open(os.path.join(work, "results", "runs", f)))["schema_version"] == 2 for f in files)
     check("concurrent_runs_write_separate_valid_files", ok, f"codes {codes} files {files}")
 
 
@@ -263,17 +272,19 @@ def test_compare():
         check("compare_base_run", False, p.stderr[-300:])
         return
     path = lambda n: os.path.join(TMP, n + ".json")
-    steps = base["per_step"]["step_time_s"]
+    base = json.load(open(path("cmp_base")))  # the file as written: its configuration is edited below
+    c0 = lambda r: r["configurations"][0]
+    steps = c0(base)["per_step"]["step_time_s"]
     slow = json.loads(json.dumps(base))  # a 10% slowdown of this run's real per-step times
-    slow["per_step"]["step_time_s"] = [x * 1.1 for x in steps]
-    slow["summary"]["throughput_samples_per_s"] /= 1.1
+    c0(slow)["per_step"]["step_time_s"] = [x * 1.1 for x in steps]
+    c0(slow)["summary"]["throughput_samples_per_s"] /= 1.1
     json.dump(slow, open(path("cmp_slow"), "w"))
     rc, out, err = compare(path("cmp_base"), path("cmp_slow"))
     check("compare_flags_injected_10pct_slowdown", rc == 1 and "regression" in out and "-9.09%" in out, f"rc {rc} {out} {err}")
     rerun = json.loads(json.dumps(base))  # the same real step times in another order: noise only
     shuffled = steps[:]
     random.Random(7).shuffle(shuffled)
-    rerun["per_step"]["step_time_s"] = shuffled
+    c0(rerun)["per_step"]["step_time_s"] = shuffled
     rerun["environment"]["nccl"], rerun["environment"]["driver_nvml"] = "2.23", "560.35"
     base2 = json.loads(json.dumps(base))
     base2["environment"]["nccl"], base2["environment"]["driver_nvml"] = "2.21", "550.54"
@@ -285,14 +296,14 @@ def test_compare():
     rc, out, err = compare("--format", "csv", path("cmp_base"), path("cmp_slow"))
     check("compare_csv_format", rc == 1 and "configuration,base_samples_per_s" in out and ",regression" in out, out)
     other = json.loads(json.dumps(base))
-    other["config"]["precision"] = "bf16"
+    c0(other)["config"]["precision"] = "bf16"
     json.dump(other, open(path("cmp_other"), "w"))
     rc, out, err = compare(path("cmp_base"), path("cmp_other"))
     rc2, out2, _ = compare("--force", path("cmp_base"), path("cmp_other"))
     check("compare_refuses_incomparable_runs_unless_forced", rc == 2 and "config.precision: fp32 -> bf16" in err and rc2 == 0, f"{rc} {err} {rc2}")
     text = open(path("cmp_base")).read()
     bad = {"truncated": text[: len(text) // 2], "not_json": "hello", "empty": "",
-           "wrong_schema": text.replace('"schema_version":\t1', '"schema_version":\t2').replace('"schema_version": 1', '"schema_version": 2')}
+           "wrong_schema": text.replace('"schema_version":\t2', '"schema_version":\t3').replace('"schema_version": 2', '"schema_version": 3')}
     for name, content in bad.items():
         open(path("bad_" + name), "w").write(content)
     with open(path("bad_huge"), "w") as f:
@@ -330,11 +341,11 @@ def test_results_consistent():
     st = s["step_time_s"]
     check("results_step_stats_ordered", st["min"] <= st["p5"] <= st["median"] <= st["p95"] <= st["max"], str(st))
     check("results_ci_only_with_trials", s["throughput_ci95_halfwidth_across_trials"] is not None, str(s))
-    phases = lambda ps, n: [sum(ps[k][i] for k in ("forward", "backward", "comm_exposed", "optimizer")) for i in range(n)]
+    phases = lambda ps, n: [sum(ps[k][i] for k in ("forward", "backward", "pipeline_wait", "comm_exposed", "optimizer")) for i in range(n)]
     # each phase is a max over ranks, so their sum is at least the slowest rank's step
     check("results_phase_maxima_cover_steps", all(ph >= 0.999 * x - 1e-5 for ph, x in zip(phases(ps, 18), steps)), f"{phases(ps, 18)} {steps}")
     env = r["environment"]
-    check("results_environment_recorded", all(env.get(k) for k in ("host", "os", "cpu_model", "compiler", "mpi_library", "blas", "tfbench_commit")) and r["schema_version"] == 1, str(env))
+    check("results_environment_recorded", all(env.get(k) for k in ("host", "os", "cpu_model", "compiler", "mpi_library", "blas", "tfbench_commit")) and r["schema_version"] == 2, str(env))
     check("results_flops_and_mfu", abs(s["flops_per_sample"] - 3 * 0.27e9) < 1e9 and s["mfu"] > 0 and s["peak_source"].startswith("given"), str(s))
     _, r1 = tfbench(SMALL + ["--batch", "2", "--steps", "2"], 1, "one_trial")
     check("results_no_ci_from_one_trial", r1 is not None and r1["summary"]["throughput_ci95_halfwidth_across_trials"] is None, "")
@@ -402,33 +413,152 @@ def test_model_vs_pytorch():
     check("bert_tiny_tied_word_embedding_grad_vs_pytorch", e < 1e-4, f"rel err {e:.3g}")
 
 
-BAD = [
-    (["--model", "gpt-9"], "--model"), (["--precision", "fp8"], "--precision"), (["--batch", "abc"], "--batch"),
-    (["--batch", "0"], "--batch"), (["--batch", "-3"], "--batch"), (["--seq-len", "1024"], "--seq-len"),
-    (["--steps", "0"], "--steps"), (["--dropout", "1.5"], "--dropout"), (["--bogus"], "--bogus"),
-    (["--batch"], "--batch"), (["--scaling", "strong", "--batch", "3"], "--batch"), (["--masked", "40", "--seq-len", "32"], "--masked"),
-    (["--output", "/nonexistent-dir/x.json"], "--output"), (["--model", "resnet-tiny", "--image-size", "16"], "--image-size"), (["--log", "/nonexistent-dir/e.jsonl"], "--log"), (["--device", "tpu"], "--device"), (["--bucket-mb", "0"], "--bucket-mb"),
+BAD = [  # (arguments, the flag the message must name, ranks)
+    (["--model", "gpt-9"], "--model", 1), (["--precision", "fp8"], "--precision", 1), (["--batch", "abc"], "--batch", 1),
+    (["--batch", "0"], "--batch", 1), (["--batch", "-3"], "--batch", 1), (["--seq-len", "1024"], "--seq-len", 1),
+    (["--steps", "0"], "--steps", 1), (["--dropout", "1.5"], "--dropout", 1), (["--bogus"], "--bogus", 1),
+    (["--batch"], "--batch", 1), (["--parallel", "data", "--scaling", "strong", "--batch", "3"], "--batch", 2),
+    (["--masked", "40", "--seq-len", "32"], "--masked", 1), (["--output", "/nonexistent-dir/x.json"], "--output", 1),
+    (["--model", "resnet-tiny", "--image-size", "16"], "--image-size", 1), (["--log", "/nonexistent-dir/e.jsonl"], "--log", 1),
+    (["--device", "tpu"], "--device", 1), (["--bucket-mb", "0"], "--bucket-mb", 1),
+    (["--dp", "3"], "--dp/--tp/--pp", 2), (["--dp", "1", "--tp", "2", "--pp", "2"], "--dp/--tp/--pp", 2),
+    (["--parallel", "tensor"], "--parallel tensor", 4), (["--tp", "4"], "--tp", 4),
+    (["--parallel", "pipeline"], "--parallel pipeline", 5), (["--microbatches", "-1"], "--microbatches", 1),
+    (["--parallel", "pipeline", "--microbatches", "3", "--batch", "2", "--scaling", "strong"], "--batch", 2),
+    (["--parallel", "data", "--tp", "2"], "--parallel", 2), (["--schedule", "zigzag"], "--schedule", 1),
+    (["--dump", "/tmp", "--seq-len", "16"], "--dump", 2),
 ]
 
 
 def test_bad_input():
-    for i, (args, flag) in enumerate(BAD):
+    for i, (args, flag, ranks) in enumerate(BAD):
         out = os.path.join(TMP, f"bad{i}.json")
-        cmd = ["mpirun", "-np", "2", BIN] + ["--model", "bert-tiny", "--output", out] + args if "--scaling" in args else [BIN, "--model", "bert-tiny", "--output", out] + args
-        if "--output" in args:
-            cmd = [BIN, "--model", "bert-tiny"] + args
-        p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
+        launch = ["mpirun", "-np", str(ranks), BIN] if ranks > 1 else [BIN]
+        cmd = launch + ["--model", "bert-tiny"] + ([] if "--output" in args else ["--output", out]) + args
+        try:
+            p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            check(f"bad_input_exit2_{flag.strip('-')}_{i}", False, "hung")
+            continue
         lines = [l for l in p.stderr.splitlines() if l.strip()]
-        if "--scaling" in args:  # under mpirun: the launcher adds its own report of the exit status
+        if ranks > 1:  # under mpirun: the launcher adds its own report of the exit status
             lines = [l for l in lines if l.startswith("tfbench")]
-        ok = p.returncode == 2 and len(lines) == 1 and lines[0].startswith("tfbench: ") and flag in lines[0] and not os.path.exists(out)
-        check(f"bad_input_exit2_{flag.strip('-')}_{i}", ok, f"rc {p.returncode} stderr {p.stderr.strip()[:200]!r}")
+        ok = p.returncode == 2 and len(lines) == 1 and lines[0].startswith("tfbench: " + flag) and not os.path.exists(out)
+        check(f"bad_input_exit2_{flag.strip('-').replace('/', '_').replace(' ', '_')}_{i}", ok, f"rc {p.returncode} stderr {p.stderr.strip()[:200]!r}")
     p = subprocess.run([BIN, "--help"], env=ENV, capture_output=True, text=True)
-    opts = ["--model", "--precision", "--batch", "--seq-len", "--steps", "--warmup", "--trials", "--parallel", "--scaling", "--bucket-mb", "--dropout", "--output", "--dump"]
+    opts = ["--model", "--precision", "--batch", "--seq-len", "--steps", "--warmup", "--trials", "--parallel", "--scaling",
+            "--bucket-mb", "--dropout", "--output", "--dump", "--dp", "--tp", "--pp", "--microbatches", "--schedule"]
     check("help_lists_options_with_defaults", p.returncode == 0 and all(o in p.stdout for o in opts) and "[bert-base]" in p.stdout, p.stdout[:200])
 
 
-for t in (test_bad_input, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
+def rel_norm(a, b):
+    den = sum(x * x for x in a) ** 0.5
+    return (sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5) / den if den > 0 else (0.0 if a == b else float("inf"))
+
+
+def params_rel(ref_dir, got_dir, prefix):
+    """Largest per-tensor relative difference ||got - ref|| / ||ref|| over the dumped tensors with this prefix.
+    The attention key bias is the exception: softmax ignores a shift of every key, so its gradient is zero in exact
+    arithmetic and its values are rounding noise that AdamW scales up; it must stay within 1e-5 absolute instead."""
+    worst, name = 0.0, ""
+    for f in sorted(os.listdir(ref_dir)):
+        if not f.startswith(prefix + "."):
+            continue
+        if not os.path.exists(os.path.join(got_dir, f)):
+            return float("inf"), f + " missing"
+        a, b = npy_read(os.path.join(ref_dir, f))[1], npy_read(os.path.join(got_dir, f))[1]
+        if len(a) != len(b):
+            return float("inf"), f + " shape"
+        if f.endswith("attn.qkv.bias.npy"):
+            h = len(a) // 3
+            e = max(rel_norm(a[:h] + a[2 * h:], b[:h] + b[2 * h:]), max(abs(x - y) for x, y in zip(a[h:2 * h], b[h:2 * h])))
+        else:
+            e = rel_norm(a, b)
+        if e > worst:
+            worst, name = e, f
+    return worst, name
+
+
+def equivalent(tag, base, ref, layouts):
+    """Each layout (ranks, args) against the 1-rank reference: loss over every step and final parameters."""
+    for ranks, args in layouts:
+        name = f"{tag}_{'_'.join(a.strip('-') for a in args)}"
+        d = os.path.join(TMP, name)
+        p, r = tfbench(base + args + ["--dump", d], ranks, name)
+        if r is None or ref[1] is None:
+            check(f"{name}_runs", False, p.stderr[-300:])
+            continue
+        e = max_rel(losses(r), losses(ref[1]))
+        w, f = params_rel(ref[0], d, "param_final")
+        check(f"{name}_matches_1_rank", e < 1e-5 and w < 1e-5, f"loss max rel {e:.3g}, params {w:.3g} ({f})")
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def reference(tag, base):
+    d = os.path.join(TMP, tag + "_ref")
+    p, r = tfbench(base + ["--parallel", "data", "--dump", d], 1, tag + "_ref")
+    check(f"{tag}_reference_runs", r is not None, p.stderr[-300:])
+    return d, r
+
+
+def test_parallel_equivalence():
+    """FP32, dropout on, 10 steps, the same global batch: every layout computes what one rank computes."""
+    base = ["--model", "bert-tiny", "--seq-len", "32", "--batch", "8", "--scaling", "strong", "--steps", "10", "--warmup", "0",
+            "--lr", "1e-3", "--peak-tflops", "1"]
+    ref = reference("bert_tiny", base)
+    equivalent("bert_tiny", base, ref, [
+        (2, ["--parallel", "tensor"]), (2, ["--parallel", "pipeline", "--microbatches", "4", "--schedule", "1f1b"]),
+        (2, ["--parallel", "pipeline", "--microbatches", "4", "--schedule", "gpipe"]),
+        (4, ["--parallel", "pipeline", "--microbatches", "4", "--schedule", "1f1b"]),
+        (4, ["--parallel", "pipeline", "--microbatches", "4", "--schedule", "gpipe"]),
+        (4, ["--dp", "2", "--tp", "2"]), (4, ["--tp", "2", "--pp", "2", "--microbatches", "4"])])
+    mini = ["--model", "bert-mini", "--seq-len", "16", "--batch", "4", "--scaling", "strong", "--steps", "10", "--warmup", "0",
+            "--lr", "1e-3", "--peak-tflops", "1"]
+    equivalent("bert_mini", mini, reference("bert_mini", mini), [(4, ["--parallel", "tensor"])])
+    rn = ["--model", "resnet-tiny", "--batch", "8", "--scaling", "strong", "--steps", "10", "--warmup", "0", "--lr", "0.05",
+          "--peak-tflops", "1", "--sync-bn"]
+    equivalent("resnet_tiny", rn, reference("resnet_tiny", rn), [
+        (2, ["--parallel", "tensor"]), (4, ["--parallel", "tensor"]), (4, ["--dp", "2", "--tp", "2"])])
+    # batch norm sees one micro-batch at a time, so pipelines match one rank accumulating the same micro-batches
+    rn4 = rn + ["--microbatches", "4"]
+    equivalent("resnet_tiny_m4", rn4, reference("resnet_tiny_m4", rn4), [
+        (2, ["--parallel", "pipeline", "--schedule", "1f1b"]), (2, ["--parallel", "pipeline", "--schedule", "gpipe"]),
+        (4, ["--parallel", "pipeline", "--schedule", "1f1b"]), (4, ["--parallel", "pipeline", "--schedule", "gpipe"]),
+        (4, ["--tp", "2", "--pp", "2"])])
+
+
+def test_pipeline_memory():
+    """Activations held per stage, from the allocator's record: 1F1B at most min(P - i, M), GPipe all M."""
+    base = ["--model", "bert-tiny", "--seq-len", "16", "--batch", "8", "--scaling", "strong", "--steps", "2", "--warmup", "0",
+            "--peak-tflops", "1", "--parallel", "pipeline"]
+    for ranks, m, sched in ((4, 4, "1f1b"), (4, 4, "gpipe"), (2, 4, "1f1b"), (4, 2, "1f1b")):
+        p, r = tfbench(base + ["--microbatches", str(m), "--schedule", sched], ranks, f"mem_{ranks}_{m}_{sched}")
+        held = [s["peak_microbatches_held"] for s in r["pipeline"]["stages"]] if r else []
+        want = [min(ranks - i, m) if sched == "1f1b" else m for i in range(ranks)]
+        check(f"pipeline_{sched}_P{ranks}_M{m}_holds_{want}", held == want, f"{held} {p.stderr[-200:]}")
+
+
+def test_comparison_run():
+    out = os.path.join(TMP, "compare4.json")
+    cmd = ["mpirun", "-np", "4", BIN, "--model", "resnet-tiny", "--batch", "4", "--steps", "3", "--warmup", "1",
+           "--peak-tflops", "1", "--progress", "off", "--output", out]
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    r = json.load(open(out)) if p.returncode == 0 and os.path.exists(out) else {}
+    got = [(c["config"]["strategy"], c["config"]["ranks"]) for c in r.get("configurations", [])]
+    want = [("single", 1), ("data", 2), ("tensor", 2), ("pipeline", 2), ("data", 4), ("tensor", 4), ("pipeline", 4)]
+    ran = all("summary" in c and c["summary"]["throughput_samples_per_s"] > 0 for c in r.get("configurations", []))
+    rows = [l for l in p.stdout.splitlines() if l.startswith("| ") and "x" in l and "strategy" not in l]
+    check("comparison_run_4_ranks_every_configuration_in_json_and_table", r.get("complete") is True and got == want and ran
+          and len(rows) == 7 and "2 ranks:" in p.stdout and "4 ranks:" in p.stdout, f"{got} {p.stdout[-600:]} {p.stderr[-300:]}")
+    p, r = tfbench(["--model", "bert-tiny", "--seq-len", "16", "--batch", "2", "--steps", "2", "--warmup", "0", "--peak-tflops", "1",
+                    "--format", "csv"], 4, "compare_csv")
+    lines = p.stdout.strip().splitlines()
+    skipped = [c for c in (r or {}).get("configurations", []) if "skipped" in c]
+    check("comparison_run_csv_and_skipped_layout_recorded", r is not None and lines[0].startswith("model,precision,strategy")
+          and len(lines) == 8 and len(skipped) == 1 and "heads" in skipped[0]["skipped"], f"{lines[:3]} {skipped}")
+
+
+for t in (test_bad_input, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
     t()
 if failures:
     print(f"test files kept in {TMP}")

@@ -113,6 +113,7 @@ tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out) {
                         .sync = cpu_sync, .gemm = cpu_gemm, .destroy = cpu_destroy};
     tfb_cpu_ops_install(be);
     tfb_cpu_conv_install(be);
+    tfb_cpu_shard_install(be);
     *out = be;
     return TFB_OK;
 }

@@ -1,0 +1,100 @@
+/* strategy.c — see strategy.h. */
+#include <stdio.h>
+#include <string.h>
+#include "strategy.h"
+#include "bert.h"
+#include "resnet.h"
+
+/* 4 micro-batches on a pipeline unless the replica's batch does not divide; 1 otherwise. */
+static int auto_microbatches(int pp, int replica_batch) {
+    if (pp == 1) return 1;
+    for (int m = 4; m > 1; m /= 2)
+        if (replica_batch % m == 0) return m;
+    return 1;
+}
+
+static tfb_strategy make(const tfb_options *o, const char *name, int dp, int tp, int pp) {
+    int ranks = dp * tp * pp;
+    tfb_strategy s = {.name = name, .dp = dp, .tp = tp, .pp = pp,
+                      .schedule = strcmp(o->schedule, "gpipe") == 0 ? TFB_SCHED_GPIPE : TFB_SCHED_1F1B,
+                      .global_batch = o->strong ? o->batch : o->batch * ranks};
+    s.microbatches = o->microbatches ? o->microbatches : auto_microbatches(pp, s.global_batch / dp);
+    tfb_strategy_fits(o, &s);
+    return s;
+}
+
+static int fits_bert(const tfb_options *o, tfb_strategy *s) {
+    const bert_config *c = bert_config_find(o->model);
+    if (c->heads % s->tp || c->ffn % s->tp) {
+        s->skip_dim = "tensor";
+        snprintf(s->skip, sizeof s->skip, "%s has %d heads, which do not split over %d tensor-parallel ranks", c->name,
+                 c->heads, s->tp);
+        return 0;
+    }
+    if (s->pp > bert_units(c)) {
+        s->skip_dim = "pipeline";
+        snprintf(s->skip, sizeof s->skip, "%d pipeline stages, but %s has %d units (embeddings, %d layers, heads)",
+                 s->pp, c->name, bert_units(c), c->layers);
+        return 0;
+    }
+    return 1;
+}
+
+static int fits_resnet(const tfb_options *o, tfb_strategy *s) {
+    const resnet_config *c = resnet_config_find(o->model);
+    int ok = c->stem_width % s->tp == 0;
+    for (int i = 0; i < c->stages; i++) ok &= c->widths[i] % s->tp == 0;
+    if (!ok) {
+        s->skip_dim = "tensor";
+        snprintf(s->skip, sizeof s->skip, "the channel counts of %s do not split over %d tensor-parallel ranks",
+                 c->name, s->tp);
+        return 0;
+    }
+    if (s->pp > resnet_units(c)) {
+        s->skip_dim = "pipeline";
+        snprintf(s->skip, sizeof s->skip, "%d pipeline stages, but %s has %d units (stem, %d blocks, head)", s->pp,
+                 c->name, resnet_units(c), resnet_units(c) - 2);
+        return 0;
+    }
+    return 1;
+}
+
+int tfb_strategy_fits(const tfb_options *o, tfb_strategy *s) {
+    s->skip[0] = '\0';
+    if (!(o->resnet ? fits_resnet(o, s) : fits_bert(o, s))) return 0;
+    int per = s->dp * s->microbatches;
+    if (s->global_batch % per != 0) {
+        s->skip_dim = "batch";
+        snprintf(s->skip, sizeof s->skip, "--batch: the global batch of %d does not split into %d replica%s x %d "
+                 "micro-batch%s", s->global_batch, s->dp, s->dp > 1 ? "s" : "", s->microbatches,
+                 s->microbatches > 1 ? "es" : "");
+        return 0;
+    }
+    return 1;
+}
+
+static int compare_list(const tfb_options *o, int world, tfb_strategy *out, int max) {
+    int n = 0;
+    out[n++] = make(o, "single", 1, 1, 1);
+    for (int r = 2; r <= world && n + 3 <= max; r *= 2) {
+        out[n++] = make(o, "data", r, 1, 1);
+        out[n++] = make(o, "tensor", 1, r, 1);
+        out[n++] = make(o, "pipeline", 1, 1, r);
+    }
+    return n;
+}
+
+int tfb_strategy_list(const tfb_options *o, int world, tfb_strategy *out, int max) {
+    if (o->compare) return compare_list(o, world, out, max);
+    if (strcmp(o->parallel, "hybrid") == 0) {
+        int dp = o->dp ? o->dp : 1, tp = o->tp ? o->tp : 1, pp = o->pp ? o->pp : 1;
+        out[0] = make(o, "hybrid", dp, tp, pp);
+    } else if (strcmp(o->parallel, "tensor") == 0) {
+        out[0] = make(o, "tensor", 1, world, 1);
+    } else if (strcmp(o->parallel, "pipeline") == 0) {
+        out[0] = make(o, "pipeline", 1, 1, world);
+    } else {
+        out[0] = make(o, "data", world, 1, 1);
+    }
+    return 1;
+}

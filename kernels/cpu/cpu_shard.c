@@ -1,0 +1,105 @@
+/* cpu_shard.c — the CPU backend's ops for tensors split across a tensor-parallel group: the embedding lookup of a
+ * vocabulary shard, the three passes of a cross-entropy whose classes are split across ranks (the ranks combine
+ * the per-row partial results with small all-reduces between the passes), and a strided 2-D copy for gathering
+ * and slicing channel shards. Communication is the caller's; these ops only see one rank's shard.
+ */
+#include <math.h>
+#include <float.h>
+#include <string.h>
+#include "cpu.h"
+
+#define COL_BLOCK 64
+
+static int in_shard(int id, int row0, int rows) { return id >= row0 && id - row0 < rows; }
+
+static tfb_status cpu_embedding_fwd_shard(void *ctx, float *out, const float *table, const int *ids, int n, int h,
+                                          int row0, int rows, int accumulate) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        float *dst = out + (size_t)i * h;
+        int hit = in_shard(ids[i], row0, rows);
+        const float *src = table + (size_t)(hit ? ids[i] - row0 : 0) * h;
+        if (accumulate && hit)
+            for (int j = 0; j < h; j++) dst[j] += src[j];
+        else if (!accumulate && hit)
+            memcpy(dst, src, (size_t)h * sizeof(float));
+        else if (!accumulate)
+            memset(dst, 0, (size_t)h * sizeof(float));
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_embedding_bwd_shard(void *ctx, float *dtable, const float *dout, const int *ids, int n, int h,
+                                          int row0, int rows) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < h; c0 += COL_BLOCK) {
+        int c1 = c0 + COL_BLOCK < h ? c0 + COL_BLOCK : h;
+        for (int i = 0; i < n; i++) {
+            if (!in_shard(ids[i], row0, rows)) continue;
+            float *dst = dtable + (size_t)(ids[i] - row0) * h;
+            const float *src = dout + (size_t)i * h;
+            for (int j = c0; j < c1; j++) dst[j] += src[j];
+        }
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_xent_shard_max(void *ctx, float *rowmax, const float *logits, int n, int v, int valid) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v;
+        float mx = -FLT_MAX;
+        for (int j = 0; j < valid; j++) mx = fmaxf(mx, x[j]);
+        rowmax[i] = mx;
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_xent_shard_sum(void *ctx, float *sums, const float *logits, const int *labels,
+                                     const float *rowmax, int n, int v, int valid, int col0) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v;
+        double s = 0.0;
+        for (int j = 0; j < valid; j++) s += expf(x[j] - rowmax[i]);
+        sums[2 * i] = (float)s;
+        sums[2 * i + 1] = in_shard(labels[i], col0, valid) ? x[labels[i] - col0] : 0.0f;
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_xent_shard_bwd(void *ctx, float *dlogits, const float *logits, const int *labels,
+                                     const float *rowmax, const float *sums, int n, int v, int valid, int col0,
+                                     float dscale) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * v;
+        float *dx = dlogits + (size_t)i * v, inv = 1.0f / sums[2 * i];
+        for (int j = 0; j < valid; j++) dx[j] = expf(x[j] - rowmax[i]) * inv * dscale;
+        for (int j = valid; j < v; j++) dx[j] = 0.0f;
+        if (in_shard(labels[i], col0, valid)) dx[labels[i] - col0] -= dscale;
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_copy_2d(void *ctx, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows,
+                              size_t cols) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < rows; r++) memcpy(dst + r * dst_ld, src + r * src_ld, cols * sizeof(float));
+    return TFB_OK;
+}
+
+void tfb_cpu_shard_install(tfb_backend *be) {
+    be->embedding_fwd_shard = cpu_embedding_fwd_shard;
+    be->embedding_bwd_shard = cpu_embedding_bwd_shard;
+    be->xent_shard_max = cpu_xent_shard_max;
+    be->xent_shard_sum = cpu_xent_shard_sum;
+    be->xent_shard_bwd = cpu_xent_shard_bwd;
+    be->copy_2d = cpu_copy_2d;
+}
