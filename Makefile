@@ -18,7 +18,7 @@ LIB_SRC := kernels/check.c kernels/registry.c kernels/cpu/cpu_backend.c kernels/
            bench/ddp.c bench/optim.c bench/grid.c bench/schedule.c bench/strategy.c bench/train.c bench/watchdog.c bench/stats.c bench/peak.c bench/report.c bench/run.c \
            results/env.c results/summary.c results/results_json.c results/compare.c results/event_log.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
-TESTS   := $(BUILD)/tests/test_ops $(BUILD)/tests/test_cnn_ops $(BUILD)/tests/test_bert_layer $(BUILD)/tests/test_model $(BUILD)/tests/test_comm
+TESTS   := $(BUILD)/tests/test_ops $(BUILD)/tests/test_cnn_ops $(BUILD)/tests/test_bert_layer $(BUILD)/tests/test_model $(BUILD)/tests/test_comm $(BUILD)/tests/test_parallel
 
 .PHONY: all configure deps run test sanitize bench clean FORCE
 all: $(BUILD)/tfbench $(TESTS)

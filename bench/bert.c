@@ -597,7 +597,7 @@ static void bert_destroy(void *self) {
 static tfb_status bind_params(bert_model *m) {
     layout_cursor count = {0};
     layout(&count, &m->cfg, &m->st, &m->w);
-    tfb_param_info *table = calloc((size_t)count.count, sizeof *table);
+    tfb_param_info *table = calloc((size_t)count.count + 1, sizeof *table);
     TFB_CHECK_ALLOC(table);
     layout_cursor lw = {.base = m->wl.param_pool, .table = table}, lg = {.base = m->wl.grad_pool};
     layout(&lw, &m->cfg, &m->st, &m->w);

@@ -123,22 +123,24 @@ void tfb_report_compare(FILE *f, const tfb_run_record *recs, int n) {
     fprintf(f, "tfbench %s | %s %s | backend %s | %s scaling: global batch %s | %s\n", TFB_VERSION, base->model,
             base->precision, base->backend, base->scaling,
             strcmp(base->scaling, "strong") == 0 ? "fixed" : "--batch x ranks", base->shape);
-    fprintf(f, "| strategy | ranks | d x t x p | samples/s | /device | speedup | eff.   | step med ms | p95 ms  "
+    fprintf(f, "| strategy | ranks | d x t x p   | samples/s | /device | speedup | eff.   | step med ms | p95 ms  "
                "| compute | comm  | bubble | MFU   | mem/dev MiB | coll GB/s |\n");
-    fprintf(f, "|----------|-------|-----------|-----------|---------|---------|--------|-------------|---------"
+    fprintf(f, "|----------|-------|-------------|-----------|---------|---------|--------|-------------|---------"
                "|---------|-------|--------|-------|-------------|-----------|\n");
     for (int i = 0; i < n; i++) {
         const tfb_run_record *r = &recs[i];
         if (r->skip) {
-            fprintf(f, "| %-8s | %5d | %2d x%2d x%2d | skipped: %s\n", r->strategy, r->dp * r->tp * r->pp, r->dp, r->tp,
+            fprintf(f, "| %-8s | %5d | %3d x%3d x%3d | skipped: %s\n", r->strategy, r->dp * r->tp * r->pp, r->dp, r->tp,
                     r->pp, r->skip);
             continue;
         }
         cmp_row c = row_of(r, base, r->ranks > 1 ? find(recs, n, r->strategy, r->ranks / 2) : NULL);
-        fprintf(f, "| %-8s | %5d | %2d x%2d x%2d | %9.2f | %7.2f | %6.2fx | %5.1f%%%s| %11.2f | %7.2f | %6.1f%% | %4.1f%% "
-                "| %5.1f%% | %4.1f%% | %11.1f | %9.2f |%s\n", r->strategy, r->ranks, r->dp, r->tp, r->pp, c.tput,
-                c.per_dev, c.speedup, 100 * c.eff, c.super ? "!" : " ", c.median * 1e3, c.p95 * 1e3,
-                100 * r->share_compute, 100 * r->share_comm, 100 * r->share_bubble, 100 * c.mfu, c.mem_mib, c.busbw,
+        char bw[16] = "-";
+        if (isfinite(c.busbw)) snprintf(bw, sizeof bw, "%.2f", c.busbw);
+        fprintf(f, "| %-8s | %5d | %3d x%3d x%3d | %9.2f | %7.2f | %6.2fx | %5.1f%%%s| %11.2f | %7.2f | %6.1f%% | "
+                "%4.1f%% | %5.1f%% | %4.1f%% | %11.1f | %9s |%s\n", r->strategy, r->ranks, r->dp, r->tp, r->pp,
+                c.tput, c.per_dev, c.speedup, 100 * c.eff, c.super ? "!" : " ", c.median * 1e3, c.p95 * 1e3,
+                100 * r->share_compute, 100 * r->share_comm, 100 * r->share_bubble, 100 * c.mfu, c.mem_mib, bw,
                 c.fell ? " throughput fell as ranks were added" : "");
     }
     summary_lines(f, recs, n);

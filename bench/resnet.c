@@ -903,7 +903,7 @@ static tfb_status alloc_nets(resnet_model *m) {
     m->busy = calloc((size_t)m->wc.slots, 1);
     TFB_CHECK_ALLOC(m->net);
     TFB_CHECK_ALLOC(m->busy);
-    for (int s = 0; s < m->wc.slots; s++) TFB_CHECK_ALLOC(m->net[s].blocks = calloc((size_t)m->n_blocks, sizeof(rn_block)));
+    for (int s = 0; s < m->wc.slots; s++) TFB_CHECK_ALLOC(m->net[s].blocks = calloc((size_t)m->n_blocks + 1, sizeof(rn_block)));
     return TFB_OK;
 }
 

@@ -428,10 +428,8 @@ static tfb_status gather_stages(train_ctx *t, double bubble) {
     uint64_t desc[12] = {0};
     double *all = malloc((size_t)R * 3 * sizeof *all);
     uint64_t *descs = malloc((size_t)R * sizeof desc);
-    TFB_CHECK_ALLOC(all);
-    TFB_CHECK_ALLOC(descs);
     memcpy(desc, t->wl->stage_desc, sizeof desc - 1);
-    tfb_status st = t->job->allgather(t->job, mine, all, 3, TFB_COMM_F64);
+    tfb_status st = all && descs ? t->job->allgather(t->job, mine, all, 3, TFB_COMM_F64) : TFB_ERR_NOMEM;
     if (st == TFB_OK) st = t->job->allgather(t->job, desc, descs, 12, TFB_COMM_U64);
     for (int p = 0; p < t->s->pp && p < TFB_MAX_STAGES && st == TFB_OK; p++) {
         int r = p * D * T;

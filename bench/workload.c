@@ -67,26 +67,31 @@ tfb_status tfb_workload_init_params(tfb_workload *wl, tfb_backend *be, tfb_param
 
 /* Linear partition by dynamic programming: best[k][j] = smallest largest part placing units [0, j) in k parts. */
 tfb_status tfb_partition(const double *costs, int n, int parts, int *first) {
-    if (parts < 1 || parts > n) return TFB_ERR_ARG;
-    double *prefix = calloc((size_t)n + 1, sizeof *prefix), *best = malloc(sizeof(double) * (n + 1) * (parts + 1));
-    int *cut = calloc((size_t)(n + 1) * (parts + 1), sizeof *cut);
+    if (parts < 1 || n < 1 || parts > n) return TFB_ERR_ARG;
+    size_t w = (size_t)n + 1, cells = w * ((size_t)parts + 1);
+    double *prefix = calloc(w, sizeof *prefix), *best = calloc(cells, sizeof *best);
+    int *cut = calloc(cells, sizeof *cut);
     if (!prefix || !best || !cut) { free(prefix); free(best); free(cut); return TFB_ERR_NOMEM; }
     for (int j = 0; j < n; j++) prefix[j + 1] = prefix[j] + costs[j];
-    for (int i = 0; i < (n + 1) * (parts + 1); i++) best[i] = DBL_MAX;
-    best[0] = 0;
+    for (size_t c = 1; c < w; c++) best[c] = DBL_MAX; /* no units in zero parts: only [0, 0) */
     for (int k = 1; k <= parts; k++)
-        for (int j = k; j <= n; j++)
+        for (int j = k; j <= n; j++) {
+            best[(size_t)k * w + (size_t)j] = DBL_MAX;
             for (int c = k - 1; c < j; c++) {
-                double prev = best[(k - 1) * (n + 1) + c], part = prefix[j] - prefix[c];
+                double prev = best[(size_t)(k - 1) * w + (size_t)c], part = prefix[j] - prefix[c];
                 double v = prev > part ? prev : part;
-                if (prev < DBL_MAX && v < best[k * (n + 1) + j]) { best[k * (n + 1) + j] = v; cut[k * (n + 1) + j] = c; }
+                size_t at = (size_t)k * w + (size_t)j;
+                if (prev < DBL_MAX && v < best[at]) { best[at] = v; cut[at] = c; }
             }
+        }
     first[parts] = n;
     for (int k = parts, j = n; k >= 1; k--) {
-        j = cut[k * (n + 1) + j];
+        j = cut[(size_t)k * w + (size_t)j];
         first[k - 1] = j;
     }
-    free(prefix); free(best); free(cut);
+    free(prefix);
+    free(best);
+    free(cut);
     return TFB_OK;
 }
 

@@ -219,7 +219,7 @@ static comparison compare_runs(const run_config *a, const run_config *b, double 
 }
 
 static void config_name(const run_config *a, char *name, size_t len) {
-    char model[64], prec[16], ranks[16], strat[32], d[16], t[16], p[16];
+    char model[64] = "", prec[16] = "", ranks[16] = "", strat[32] = "", d[16] = "", t[16] = "", p[16] = "";
     const char *keys[] = {"model", "precision", "ranks", "strategy", "data_parallel_size", "tensor_parallel_size",
                           "pipeline_parallel_size"};
     char *vals[] = {model, prec, ranks, strat, d, t, p};

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The main job of `make run` on this machine's default backend: with no GPU, data-parallel bert-tiny training on
-# two ranks of the CPU backend (FP32, batch 8 per rank, 20 timed steps after 5 warm-up), printing the table and
-# writing a results file under results/runs/.
+# The main job of `make run` on this machine's default backend: with no GPU, the comparison run of bert-tiny on
+# two ranks of the CPU backend (one rank, then data, tensor and pipeline parallelism on two; FP32, batch 8 per
+# rank, 20 timed steps after 5 warm-up each), printing the table and writing a results file under results/runs/.
 set -eu
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -8,6 +8,7 @@
 #include "check.h"
 #include "../bench/comm.h"
 #include "../bench/ddp.h"
+#include "../bench/grid.h"
 
 static tfb_comm *w;
 
@@ -93,12 +94,44 @@ static void test_ddp_buckets(void) {
     free(g);
 }
 
+/* Every D x T x P that fits: coordinates cover each group once, sub-communicators have the right members, a
+ * sum over each group sees exactly its members, and sendrecv swaps with a neighbour. */
+static void test_grid(void) {
+    int ok = 1, R = w->size;
+    for (int d = 1; d <= R; d++)
+        for (int t = 1; d * t <= R; t++)
+            for (int p = 1; d * t * p <= R; p++) {
+                tfb_grid g;
+                ok &= tfb_grid_create(w, d, t, p, &g) == TFB_OK;
+                ok &= g.active == (w->rank < d * t * p);
+                if (g.active) {
+                    int me = w->rank, sum = me, want = 0;
+                    ok &= g.tp_comm->size == t && g.dp_comm->size == d && g.pp_comm->size == p && g.job->size == d * t * p;
+                    ok &= g.tp_comm->rank == g.tp_rank && g.dp_comm->rank == g.dp_rank && g.pp_comm->rank == g.pp_rank;
+                    ok &= me == (g.pp_rank * d + g.dp_rank) * t + g.tp_rank;
+                    g.tp_comm->allreduce(g.tp_comm, &sum, 1, TFB_COMM_I32, TFB_SUM);
+                    for (int k = 0; k < t; k++) want += me - g.tp_rank + k; /* adjacent ranks form a tensor group */
+                    ok &= sum == want;
+                    if (p > 1) {
+                        int peer = g.pp_rank ^ 1, got = -1;
+                        if (peer < p) {
+                            g.pp_comm->sendrecv(g.pp_comm, &me, 1, peer, &got, 1, peer, TFB_COMM_I32, 3);
+                            ok &= got == (peer * d + g.dp_rank) * t + g.tp_rank;
+                        }
+                    }
+                }
+                tfb_grid_destroy(&g);
+            }
+    expect_all("grid_subcommunicators_members_and_sendrecv", ok);
+}
+
 int main(int argc, char **argv) {
     if (tfb_comm_mpi_world(&argc, &argv, &w) != TFB_OK) return 1;
     test_collectives();
     test_ring();
     test_split();
     test_ddp_buckets();
+    test_grid();
     int failed = test_failures;
     w->allreduce(w, &failed, 1, TFB_COMM_I32, TFB_MAX);
     tfb_comm_mpi_finalize();
