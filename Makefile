@@ -70,6 +70,7 @@ sanitize: deps
 bench: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/bench_conv
 	scripts/bench-cpu.sh
+	scripts/bench-parallel.sh
 
 clean:
 	rm -rf $(BUILD) build-sanitize

@@ -123,9 +123,9 @@ void tfb_report_compare(FILE *f, const tfb_run_record *recs, int n) {
     fprintf(f, "tfbench %s | %s %s | backend %s | %s scaling: global batch %s | %s\n", TFB_VERSION, base->model,
             base->precision, base->backend, base->scaling,
             strcmp(base->scaling, "strong") == 0 ? "fixed" : "--batch x ranks", base->shape);
-    fprintf(f, "| strategy | ranks | d x t x p   | samples/s | /device | speedup | eff.   | step med ms | p95 ms  "
+    fprintf(f, "| strategy | ranks | d x t x p     | samples/s | /device | speedup | eff.   | step med ms | p95 ms  "
                "| compute | comm  | bubble | MFU   | mem/dev MiB | coll GB/s |\n");
-    fprintf(f, "|----------|-------|-------------|-----------|---------|---------|--------|-------------|---------"
+    fprintf(f, "|----------|-------|---------------|-----------|---------|---------|--------|-------------|---------"
                "|---------|-------|--------|-------|-------------|-----------|\n");
     for (int i = 0; i < n; i++) {
         const tfb_run_record *r = &recs[i];
