@@ -465,14 +465,21 @@ static tfb_status bert_forward(void *self, int step, int mb, int slot, double *l
     bert_slot *a = &m->slot[slot];
     TFB_CHECK(tfb_workload_slot_take(&m->wl, slot, m->wc.slots, m->busy));
     set_micro_batch(m, step, mb);
+    double t0 = tfb_workload_unit_start(&m->wl, m->be);
     if (m->st.first) TFB_CHECK(embeddings_fwd(m, a, &m->dev[slot]));
+    if (m->st.first) TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 0, t0));
     const float *x = m->st.first ? a->x0 : a->x_in;
     for (int l = m->st.l0; l < m->st.l1; l++) {
+        t0 = tfb_workload_unit_start(&m->wl, m->be);
         TFB_CHECK(bert_layer_fwd(&m->ctx, l, &m->w.layer[l], x, &a->layer[l]));
+        TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 1 + l, t0));
         x = a->layer[l].y;
     }
     *loss = 0;
-    return m->st.last ? heads_fwd(m, a, &m->dev[slot], x, loss) : TFB_OK;
+    if (!m->st.last) return TFB_OK;
+    t0 = tfb_workload_unit_start(&m->wl, m->be);
+    TFB_CHECK(heads_fwd(m, a, &m->dev[slot], x, loss));
+    return tfb_workload_unit_stop(&m->wl, m->be, m->cfg.layers + 1, t0);
 }
 
 /* ---- backward ---- */
@@ -528,16 +535,22 @@ static tfb_status bert_backward(void *self, int step, int mb, int slot, float lo
     bert_model *m = self;
     bert_slot *a = &m->slot[slot];
     set_micro_batch(m, step, mb);
+    double t0 = tfb_workload_unit_start(&m->wl, m->be);
     if (m->st.last) {
         TFB_CHECK(heads_bwd(m, a, &m->dev[slot], loss_scale));
+        TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, m->cfg.layers + 1, t0));
         TFB_CHECK(ready(rctx, offset_of(m, m->st.first ? m->g.pool_w : m->g.word_emb)));
     }
     for (int l = m->st.l1 - 1; l >= m->st.l0; l--) {
         const float *x = l > m->st.l0 ? a->layer[l - 1].y : m->st.first ? a->x0 : a->x_in;
+        t0 = tfb_workload_unit_start(&m->wl, m->be);
         TFB_CHECK(bert_layer_bwd(&m->ctx, l, &m->w.layer[l], &m->g.layer[l], x, &a->layer[l], &m->s, m->dy));
+        TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 1 + l, t0));
         TFB_CHECK(ready(rctx, offset_of(m, m->g.layer[l].qkv_w)));
     }
+    t0 = tfb_workload_unit_start(&m->wl, m->be);
     if (m->st.first) TFB_CHECK(embeddings_bwd(m, a, &m->dev[slot]));
+    if (m->st.first) TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 0, t0));
     tfb_workload_slot_give(&m->wl, slot, m->busy);
     return ready(rctx, 0);
 }
@@ -591,6 +604,7 @@ static void bert_destroy(void *self) {
     free(m->dev);
     free(m->host);
     free(m->perm);
+    free(m->wl.unit_s);
     free(m);
 }
 
@@ -680,7 +694,8 @@ static tfb_status place_stage(bert_model *m) {
     int units = bert_units(c), first[65];
     double costs[130];
     if (c->heads % T || c->ffn % T || P > units || P > 64 || c->layers + 2 > 130) return TFB_ERR_ARG;
-    unit_costs(c, m->wc.seq_len, m->wc.masked, costs);
+    if (m->wc.unit_costs) memcpy(costs, m->wc.unit_costs, sizeof(double) * (size_t)units);
+    else unit_costs(c, m->wc.seq_len, m->wc.masked, costs);
     TFB_CHECK(tfb_partition(costs, units, P, first));
     int u0 = first[m->wc.pp_rank], u1 = first[m->wc.pp_rank + 1];
     int pad = T > 1 ? 128 * T : 1, Vp = (c->vocab + pad - 1) / pad * pad;
@@ -692,6 +707,8 @@ static tfb_status place_stage(bert_model *m) {
     if (m->st.valid < 0) m->st.valid = 0;
     m->wl.tp_rank = t;
     m->wl.tp_size = T;
+    m->wl.n_units = units;
+    if (m->wc.time_units) TFB_CHECK_ALLOC(m->wl.unit_s = calloc((size_t)units, sizeof(double)));
     return TFB_OK;
 }
 

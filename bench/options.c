@@ -37,7 +37,7 @@ static const opt_spec OPTS[] = {
     {"--pp", OPT_INT0, F(pp), "0", 0, 1 << 20, "hybrid layout: pipeline stages"},
     {"--microbatches", OPT_INT0, F(microbatches), "0", 0, 1 << 20, "micro-batches per step and replica, >= 1 (0: 4 on pipelines when the batch divides, else 1)"},
     {"--schedule", OPT_STR, F(schedule), "1f1b", 0, 0, "pipeline schedule: gpipe|1f1b"},
-    {"--balance", OPT_STR, F(balance), "flops", 0, 0, "pipeline stage balance: flops (units' forward FLOPs)"},
+    {"--balance", OPT_STR, F(balance), "flops", 0, 0, "pipeline stages cut by flops (units' forward FLOPs) or time (measured over 3 untimed steps first)"},
     {"--scaling", OPT_STR, F(scaling), "weak", 0, 0, "weak: --batch per rank; strong: --batch is the global batch"},
     {"--bucket-mb", OPT_NUM, F(bucket_mb), "25", 0.001, 65536, "gradient all-reduce bucket size in MiB"},
     {"--dropout", OPT_NUM, F(dropout), "0.1", 0, 0.95, "dropout probability"},
@@ -125,7 +125,7 @@ static tfb_status check_layout(tfb_options *o, char *err, size_t n) {
 
 static tfb_status check_options(tfb_options *o, char *err, size_t n) {
     static const char *const prec[] = {"fp32", "fp16", "bf16", NULL}, *const par[] = {"compare", "data", "tensor", "pipeline", NULL},
-                             *const sched[] = {"gpipe", "1f1b", NULL}, *const bal[] = {"flops", NULL},
+                             *const sched[] = {"gpipe", "1f1b", NULL}, *const bal[] = {"flops", "time", NULL},
                              *const scal[] = {"weak", "strong", NULL}, *const dev[] = {"auto", "cpu", NULL},
                              *const prog[] = {"auto", "on", "off", NULL},
                              *const fmt[] = {"table", "csv", NULL};

@@ -22,7 +22,7 @@ typedef struct {
     int dp, tp, pp;          /* an explicit hybrid layout (0: not given) */
     int microbatches;        /* 0: 4 on pipelines (fewer when the batch does not divide), else 1 */
     char schedule[8];        /* gpipe, 1f1b */
-    char balance[8];         /* flops */
+    char balance[8];         /* flops, time */
     int compare;             /* --parallel compare */
     char scaling[8];
     int strong;              /* --scaling strong */

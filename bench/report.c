@@ -22,8 +22,8 @@ static void pct_row(FILE *f, const char *name, double v, const char *note) {
 
 static void stages(FILE *f, const tfb_run_record *r) {
     if (r->pp < 2) return;
-    fprintf(f, "pipeline: %s schedule, %d micro-batches; predicted bubble (P-1)/(M+P-1) = %.1f%%\n", r->schedule,
-            r->microbatches, 100 * r->bubble_predicted);
+    fprintf(f, "pipeline: %s schedule, %d micro-batches, stages cut by %s; ideal bubble (P-1)/(M+P-1) = %.1f%%\n",
+            r->schedule, r->microbatches, r->balance, 100 * r->bubble_predicted);
     fprintf(f, "| stage | units                          | bubble measured | micro-batches held | activations held |\n");
     fprintf(f, "|-------|--------------------------------|-----------------|--------------------|------------------|\n");
     for (int p = 0; p < r->pp && p < TFB_MAX_STAGES; p++)

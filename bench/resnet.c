@@ -662,17 +662,24 @@ static tfb_status resnet_forward(void *self, int step, int mb, int slot, double 
     (void)step;
     (void)mb;
     TFB_CHECK(tfb_workload_slot_take(&m->wl, slot, m->wc.slots, m->busy));
+    double t0 = tfb_workload_unit_start(&m->wl, m->be);
     const float *x = has_stem(m) ? stem_fwd(m, net, &st) : net->x_in;
     TFB_CHECK(st);
+    if (has_stem(m)) TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 0, t0));
     int b_last = m->u0 - 2; /* the block whose output x is (-1: the stem) */
     for (int b = 0; b < m->n_blocks; b++) {
         if (!has_block(m, b)) continue;
+        t0 = tfb_workload_unit_start(&m->wl, m->be);
         TFB_CHECK(block_fwd(m, &net->blocks[b], x));
+        TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 1 + b, t0));
         x = net->blocks[b].out;
         b_last = b;
     }
     *loss = 0;
-    return has_head(m) ? head_fwd(m, net, x, block_hw(m, net, b_last), loss) : TFB_OK;
+    if (!has_head(m)) return TFB_OK;
+    t0 = tfb_workload_unit_start(&m->wl, m->be);
+    TFB_CHECK(head_fwd(m, net, x, block_hw(m, net, b_last), loss));
+    return tfb_workload_unit_stop(&m->wl, m->be, m->n_units - 1, t0);
 }
 
 /* ---- backward ---- */
@@ -772,19 +779,25 @@ static tfb_status resnet_backward(void *self, int step, int mb, int slot, float 
     (void)mb;
     float *g_out = m->g[0], *g_in = m->g[1];
     int b_hi = m->u1 - 2 < m->n_blocks ? m->u1 - 2 : m->n_blocks - 1; /* the stage's last block */
+    double t0 = tfb_workload_unit_start(&m->wl, m->be);
     if (has_head(m)) {
         TFB_CHECK(head_bwd(m, net, loss_scale, g_out, block_hw(m, net, b_hi)));
+        TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, m->n_units - 1, t0));
         TFB_CHECK(ready(rctx, m->fc_w_off));
     }
     for (int b = b_hi; b >= 0 && has_block(m, b); b--) {
+        t0 = tfb_workload_unit_start(&m->wl, m->be);
         TFB_CHECK(block_bwd(m, &net->blocks[b], g_out, g_in, m->g[2], m->g[3]));
+        TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 1 + b, t0));
         TFB_CHECK(ready(rctx, net->blocks[b].u[0].w_off));
         float *t = g_out;
         g_out = g_in;
         g_in = t;
     }
     m->grad_in = g_out;
+    t0 = tfb_workload_unit_start(&m->wl, m->be);
     if (has_stem(m)) TFB_CHECK(stem_bwd(m, net, g_out, g_in));
+    if (has_stem(m)) TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 0, t0));
     tfb_workload_slot_give(&m->wl, slot, m->busy);
     return ready(rctx, 0);
 }
@@ -834,6 +847,7 @@ static void resnet_destroy(void *self) {
     free(m->net);
     free(m->busy);
     free(m->host_stats);
+    free(m->wl.unit_s);
     free(m);
 }
 
@@ -915,8 +929,11 @@ static tfb_status place(resnet_model *m) {
     if (m->wc.pp_size > units || units > 64 || m->wc.pp_size > 64 || c->stem_width % T) return TFB_ERR_ARG;
     for (int s = 0; s < c->stages; s++)
         if (c->widths[s] % T) return TFB_ERR_ARG;
-    TFB_CHECK(unit_costs(c, m->image, costs));
+    if (m->wc.unit_costs) memcpy(costs, m->wc.unit_costs, sizeof(double) * (size_t)units);
+    else TFB_CHECK(unit_costs(c, m->image, costs));
     TFB_CHECK(tfb_partition(costs, units, m->wc.pp_size, first));
+    m->wl.n_units = units;
+    if (m->wc.time_units) TFB_CHECK_ALLOC(m->wl.unit_s = calloc((size_t)units, sizeof(double)));
     m->u0 = first[m->wc.pp_rank];
     m->u1 = first[m->wc.pp_rank + 1];
     m->classes_l = (c->classes + T - 1) / T;

@@ -38,7 +38,10 @@ typedef struct {
     double *local_step, *local_phase[TFB_N_PHASES], *local_loss, *local_tp;
     double *step_dt, *step_end_unix;
     double tp_bytes;                  /* last step's tensor-group bus bytes */
+    int calibrating;                  /* --balance time: untimed steps measuring each unit, no test hooks */
 } train_ctx;
+
+enum { CALIBRATION_STEPS = 3, MAX_UNITS = 256 };
 
 static tfb_status group_sum(void *ctx, float *host, int n) {
     tfb_comm *c = ctx;
@@ -58,10 +61,11 @@ static tfb_status build_schedule(train_ctx *t) {
     t->slots = tfb_schedule_in_flight(t->ops, t->n_ops);
     t->taken = calloc((size_t)t->slots, 1);
     TFB_CHECK_ALLOC(t->taken);
+    for (int m = 0; m < M; m++) t->slot_of[m] = -1;
     return TFB_OK;
 }
 
-static tfb_status create_workload(train_ctx *t) {
+static tfb_status create_workload(train_ctx *t, const double *unit_costs) {
     const tfb_options *o = t->env->o;
     const tfb_strategy *s = t->s;
     int replica = s->global_batch / s->dp;
@@ -72,16 +76,15 @@ static tfb_status create_workload(train_ctx *t) {
                               .fixed_batch = o->fixed_batch, .image_size = o->image_size, .sync_bn = o->sync_bn,
                               .dp_size = s->dp, .group_sum = group_sum, .group_sum_ctx = t->lay.dp_comm,
                               .tp = t->lay.tp_comm, .pp_size = s->pp, .pp_rank = t->lay.pp_rank,
-                              .slots = t->slots};
+                              .slots = t->slots, .unit_costs = unit_costs, .time_units = t->calibrating};
     if (o->resnet) return resnet_create(resnet_config_find(o->model), &wc, t->env->be, &t->wl);
     return bert_create(bert_config_find(o->model), &wc, t->env->be, &t->wl);
 }
 
-static tfb_status setup(train_ctx *t) {
+static tfb_status setup_workload(train_ctx *t, const double *unit_costs) {
     tfb_options *o = t->env->o;
     tfb_backend *be = t->env->be;
-    TFB_CHECK(build_schedule(t));
-    TFB_CHECK(create_workload(t));
+    TFB_CHECK(create_workload(t, unit_costs));
     if (o->lr == 0) o->lr = t->wl->default_lr;
     TFB_CHECK(t->lay.dp_comm->bcast(t->lay.dp_comm, t->wl->param_pool, t->wl->numel, TFB_COMM_F32, 0));
     TFB_CHECK(tfb_workload_refresh_lowp(t->wl, be));
@@ -91,6 +94,45 @@ static tfb_status setup(train_ctx *t) {
     if (t->s->pp > 1 && t->wl->tied_numel)
         TFB_CHECK_ALLOC(t->tied_buf = be->alloc(be->ctx, t->wl->tied_numel * sizeof(float)));
     return TFB_OK;
+}
+
+static void release_workload(train_ctx *t) {
+    tfb_backend *be = t->env->be;
+    if (t->wl) {
+        tfb_ddp_free(&t->ddp);
+        tfb_optim_free(&t->opt);
+        t->wl->destroy(t->wl->self);
+    }
+    if (t->tied_buf) be->free(be->ctx, t->tied_buf);
+    t->wl = NULL;
+    t->tied_buf = NULL;
+}
+
+static tfb_status train_step(train_ctx *t, int step, double ph[TFB_N_PHASES], double *loss);
+
+/* --balance time: a few untimed steps on the FLOP-balanced stages measure every unit's forward + backward time
+ * (each stage its own units, the maximum over ranks); the stages are then cut again by those times and the
+ * workload rebuilt from its initial state. */
+static tfb_status calibrate(train_ctx *t, double *costs) {
+    double ph[TFB_N_PHASES], loss;
+    t->calibrating = 1;
+    TFB_CHECK(setup_workload(t, NULL));
+    for (int i = 0; i < CALIBRATION_STEPS; i++) TFB_CHECK(train_step(t, i, ph, &loss));
+    int n = t->wl->n_units;
+    if (n > MAX_UNITS) return TFB_ERR_STATE;
+    for (int u = 0; u < n; u++) costs[u] = t->wl->unit_s[u];
+    TFB_CHECK(t->job->allreduce(t->job, costs, (size_t)n, TFB_COMM_F64, TFB_MAX));
+    release_workload(t);
+    t->calibrating = 0;
+    return TFB_OK;
+}
+
+static tfb_status setup(train_ctx *t) {
+    double costs[MAX_UNITS];
+    TFB_CHECK(build_schedule(t));
+    if (t->s->pp == 1 || strcmp(t->env->o->balance, "time") != 0) return setup_workload(t, NULL);
+    TFB_CHECK(calibrate(t, costs));
+    return setup_workload(t, costs);
 }
 
 /* ---- one step ---- */
@@ -193,8 +235,9 @@ static tfb_status tied_exchange(train_ctx *t) {
 static tfb_status gradients_finite(train_ctx *t, int step, int *finite) {
     tfb_backend *be = t->env->be;
     const tfb_options *o = t->env->o;
-    if (step == o->inject_overflow && t->job->rank == 0) TFB_CHECK(be->fill(be->ctx, t->wl->grad_pool, INFINITY, 1));
-    if (step == o->inject_nan && t->job->rank == t->job->size - 1)
+    if (step == o->inject_overflow && t->job->rank == 0 && !t->calibrating)
+        TFB_CHECK(be->fill(be->ctx, t->wl->grad_pool, INFINITY, 1));
+    if (step == o->inject_nan && t->job->rank == t->job->size - 1 && !t->calibrating)
         TFB_CHECK(be->fill(be->ctx, t->wl->grad_pool + t->wl->numel / 2, NAN, 1));
     TFB_CHECK(be->check_finite(be->ctx, t->wl->grad_pool, t->wl->numel, finite));
     return t->job->allreduce(t->job, finite, 1, TFB_COMM_I32, TFB_MIN);
@@ -218,7 +261,7 @@ static tfb_status optimizer_phase(train_ctx *t, int step) {
 static tfb_status inject_faults(train_ctx *t, int step) {
     const tfb_options *o = t->env->o;
     int me = t->env->world->rank;
-    if (t->job->rank != t->job->size - 1) return TFB_OK;
+    if (t->calibrating || me != t->env->world->size - 1) return TFB_OK; /* the job's last rank, when taking part */
     if (step == t->env->exit_step) {
         fprintf(stderr, "tfbench[rank %d]: exiting at step %d (TFB_TEST_EXIT_STEP)\n", me, step);
         fflush(stderr);
@@ -514,7 +557,6 @@ static tfb_status alloc_arrays(train_ctx *t) {
     }
     TFB_CHECK_ALLOC(rec->param_checksum = calloc(R, sizeof(uint64_t)));
     TFB_CHECK_ALLOC(rec->rank_step_s = calloc(R * n, sizeof(double)));
-    for (int m = 0; m < t->s->microbatches; m++) t->slot_of[m] = -1;
     return TFB_OK;
 }
 
@@ -541,6 +583,8 @@ static void fill_record(train_ctx *t) {
     c->pp = s->pp;
     c->microbatches = s->microbatches;
     c->schedule = tfb_schedule_name(s->schedule);
+    c->balance = s->pp == 1 ? "none (one stage)" : strcmp(o->balance, "time") == 0
+                 ? "time: each unit's forward + backward measured over 3 untimed steps" : "flops: each unit's forward FLOPs";
     c->ranks = t->job->size;
     c->threads_per_rank = t->env->be->threads;
     c->local_batch = s->global_batch / s->dp / s->microbatches;
@@ -594,13 +638,7 @@ static void log_configuration(train_ctx *t) {
 }
 
 static void teardown(train_ctx *t) {
-    tfb_backend *be = t->env->be;
-    if (t->wl) {
-        tfb_ddp_free(&t->ddp);
-        tfb_optim_free(&t->opt);
-        t->wl->destroy(t->wl->self);
-    }
-    if (t->tied_buf) be->free(be->ctx, t->tied_buf);
+    release_workload(t);
     double **arrays[] = {&t->local_step, &t->local_loss, &t->local_tp, &t->step_dt, &t->step_end_unix};
     for (int i = 0; i < 5; i++) free(*arrays[i]);
     for (int p = 0; p < TFB_N_PHASES; p++) free(t->local_phase[p]);

@@ -108,6 +108,18 @@ void tfb_workload_slot_give(tfb_workload *wl, int slot, unsigned char *busy) {
     wl->slots_in_use--;
 }
 
+double tfb_workload_unit_start(const tfb_workload *wl, tfb_backend *be) {
+    if (!wl->unit_s || be->sync(be->ctx) != TFB_OK) return 0;
+    return tfb_clock_s();
+}
+
+tfb_status tfb_workload_unit_stop(tfb_workload *wl, tfb_backend *be, int unit, double t0) {
+    if (!wl->unit_s) return TFB_OK;
+    TFB_CHECK(be->sync(be->ctx));
+    wl->unit_s[unit] += tfb_clock_s() - t0;
+    return TFB_OK;
+}
+
 tfb_status tfb_workload_tp_allreduce(tfb_workload *wl, tfb_comm *tp, float *buf, size_t n, tfb_comm_op op) {
     if (!tp || tp->size == 1) return TFB_OK;
     double t0 = tfb_clock_s();

@@ -56,6 +56,8 @@ typedef struct {
     tfb_comm *tp;            /* the tensor-parallel group (size 1 or NULL: none) */
     int pp_size, pp_rank;    /* pipeline stages and this rank's stage */
     int slots;               /* activation sets to plan: micro-batches this stage holds at once */
+    const double *unit_costs;/* [units] cost of each unit for the pipeline partition; NULL: forward FLOPs */
+    int time_units;          /* measure each unit's forward + backward time into tfb_workload.unit_s */
 } tfb_workload_config;
 
 typedef struct tfb_workload tfb_workload;
@@ -86,6 +88,8 @@ struct tfb_workload {
     int slots_in_use, slots_peak;  /* activation sets holding a micro-batch now, and the most at once */
     double tp_comm_s;              /* seconds spent in tensor-parallel collectives (the driver resets it) */
     double tp_bus_bytes;           /* their bus bytes (nccl-tests convention; the driver resets it) */
+    double *unit_s;                /* [n_units] synchronised seconds in each unit this stage holds (time_units) */
+    int n_units;                   /* units of the whole model */
 
     tfb_status (*load_batch)(void *self, int step, int mb, int slot);  /* make and upload a micro-batch's inputs */
     /* Forward of micro-batch mb into activation set `slot`; on the last stage *loss is its mean loss. */
@@ -116,6 +120,10 @@ tfb_status tfb_partition(const double *costs, int n, int parts, int *first);
 /* Activation-set bookkeeping for forward (take) and backward (give); records the peak. */
 tfb_status tfb_workload_slot_take(tfb_workload *wl, int slot, int slots, unsigned char *busy);
 void tfb_workload_slot_give(tfb_workload *wl, int slot, unsigned char *busy);
+/* Unit timing for --balance time: start returns the clock after a device synchronisation (0 when timing is off);
+ * stop adds the time since t0 to unit_s[unit]. */
+double tfb_workload_unit_start(const tfb_workload *wl, tfb_backend *be);
+tfb_status tfb_workload_unit_stop(tfb_workload *wl, tfb_backend *be, int unit, double t0);
 /* Sum (or max) over the tensor group, timed into wl->tp_comm_s and counted into tp_bus_bytes; nothing when there
  * is no group. */
 tfb_status tfb_workload_tp_allreduce(tfb_workload *wl, tfb_comm *tp, float *buf, size_t n, tfb_comm_op op);

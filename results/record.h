@@ -23,6 +23,7 @@ typedef struct {
     int dp, tp, pp;              /* layout: ranks = dp * tp * pp */
     int microbatches;            /* per step and replica */
     const char *schedule;        /* "gpipe", "1f1b" */
+    const char *balance;         /* how pipeline stages were cut, in words */
     int ranks, threads_per_rank, local_batch, global_batch, seq_len, masked, warmup, steps, trials;
     double dropout, lr, weight_decay, bucket_mb;
     const char *optimizer;       /* name and fixed hyper-parameters */

@@ -68,6 +68,7 @@ static cJSON *config_json(const tfb_run_record *r) {
     cJSON_AddNumberToObject(c, "pipeline_parallel_size", r->pp);
     cJSON_AddNumberToObject(c, "microbatches", r->microbatches);
     cJSON_AddStringToObject(c, "pipeline_schedule", r->schedule);
+    cJSON_AddStringToObject(c, "pipeline_balance", r->balance);
     cJSON_AddNumberToObject(c, "threads_per_rank", r->threads_per_rank);
     cJSON_AddNumberToObject(c, "batch_per_rank", r->local_batch);
     cJSON_AddStringToObject(c, "batch_per_rank_definition", "samples in one micro-batch of one replica");

@@ -183,6 +183,13 @@ def test_faults():
         job.kill()
         ok, err = False, "the job hung"
     check("rank_killed_with_sigkill_ends_job_with_message", ok and len(ranks) == 2, f"ranks {ranks} rc {job.returncode} {err[-300:]}")
+    out = os.path.join(TMP, "compare_cut.json")  # a comparison run cut short keeps what finished, marked incomplete
+    p = subprocess.run(fault[:4] + ["--model", "bert-tiny", "--seq-len", "16", "--batch", "2", "--steps", "6", "--warmup", "0",
+                       "--peak-tflops", "1", "--progress", "off", "--output", out], env=env, capture_output=True, text=True, timeout=120)
+    r = json.load(open(out)) if os.path.exists(out) else {}
+    got = [c["config"]["strategy"] for c in r.get("configurations", [])]
+    check("comparison_run_cut_short_keeps_finished_configurations_marked_incomplete",
+          p.returncode != 0 and r.get("complete") is False and got == ["single"], f"rc {p.returncode} {got} {p.stderr[-200:]}")
     for prec, want in (("fp16", 0), ("fp32", 1)):
         out = os.path.join(TMP, f"nan_{prec}.json")
         p = subprocess.run(fault + ["--precision", prec, "--inject-nan", "2", "--output", out], env=ENV, capture_output=True, text=True, timeout=120)
@@ -509,6 +516,7 @@ def test_parallel_equivalence():
     equivalent("bert_tiny", base, ref, [
         (2, ["--parallel", "tensor"]), (2, ["--parallel", "pipeline", "--microbatches", "4", "--schedule", "1f1b"]),
         (2, ["--parallel", "pipeline", "--microbatches", "4", "--schedule", "gpipe"]),
+        (2, ["--parallel", "pipeline", "--microbatches", "2", "--balance", "time"]),
         (4, ["--parallel", "pipeline", "--microbatches", "4", "--schedule", "1f1b"]),
         (4, ["--parallel", "pipeline", "--microbatches", "4", "--schedule", "gpipe"]),
         (4, ["--dp", "2", "--tp", "2"]), (4, ["--tp", "2", "--pp", "2", "--microbatches", "4"])])
