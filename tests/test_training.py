@@ -458,36 +458,38 @@ def test_bad_input():
     check("help_lists_options_with_defaults", p.returncode == 0 and all(o in p.stdout for o in opts) and "[bert-base]" in p.stdout, p.stdout[:200])
 
 
-def rel_norm(a, b):
-    den = sum(x * x for x in a) ** 0.5
-    return (sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5) / den if den > 0 else (0.0 if a == b else float("inf"))
-
-
 def params_rel(ref_dir, got_dir, prefix):
-    """Largest per-tensor relative difference ||got - ref|| / ||ref|| over the dumped tensors with this prefix.
-    The attention key bias is the exception: softmax ignores a shift of every key, so its gradient is zero in exact
-    arithmetic and its values are rounding noise that AdamW scales up; it must stay within 1e-5 absolute instead."""
-    worst, name = 0.0, ""
+    """(whole, worst, name): ||got - ref|| / ||ref|| over every dumped tensor with this prefix taken together, and
+    the largest per-tensor value of the same with its tensor. The attention key bias is left out of both and
+    checked on its own (1e-5 absolute): softmax ignores a shift of every key, so its gradient is zero in exact
+    arithmetic and its values are rounding noise that AdamW scales up."""
+    num = den = worst = 0.0
+    name = ""
     for f in sorted(os.listdir(ref_dir)):
         if not f.startswith(prefix + "."):
             continue
         if not os.path.exists(os.path.join(got_dir, f)):
-            return float("inf"), f + " missing"
+            return float("inf"), float("inf"), f + " missing"
         a, b = npy_read(os.path.join(ref_dir, f))[1], npy_read(os.path.join(got_dir, f))[1]
         if len(a) != len(b):
-            return float("inf"), f + " shape"
+            return float("inf"), float("inf"), f + " shape"
         if f.endswith("attn.qkv.bias.npy"):
             h = len(a) // 3
-            e = max(rel_norm(a[:h] + a[2 * h:], b[:h] + b[2 * h:]), max(abs(x - y) for x, y in zip(a[h:2 * h], b[h:2 * h])))
-        else:
-            e = rel_norm(a, b)
+            if max(abs(x - y) for x, y in zip(a[h:2 * h], b[h:2 * h])) > 1e-5:
+                return float("inf"), float("inf"), f + " key bias"
+            a, b = a[:h] + a[2 * h:], b[:h] + b[2 * h:]
+        d2, n2 = sum((x - y) ** 2 for x, y in zip(a, b)), sum(x * x for x in a)
+        num, den = num + d2, den + n2
+        e = (d2 / n2) ** 0.5 if n2 > 0 else (0.0 if d2 == 0 else float("inf"))
         if e > worst:
             worst, name = e, f
-    return worst, name
+    return (num / den) ** 0.5 if den > 0 else float("inf"), worst, name
 
 
 def equivalent(tag, base, ref, layouts):
-    """Each layout (ranks, args) against the 1-rank reference: loss over every step and final parameters."""
+    """Each layout (ranks, args) against the 1-rank reference: the loss at every step within 1e-5 relative, the
+    final parameters within 1e-5 relative as a whole and 1e-4 per tensor (a tensor that starts at zero, such as a
+    batch-norm beta, holds sums of nearly cancelling gradients whose rounding depends on the reduction order)."""
     for ranks, args in layouts:
         name = f"{tag}_{'_'.join(a.strip('-') for a in args)}"
         d = os.path.join(TMP, name)
@@ -496,8 +498,9 @@ def equivalent(tag, base, ref, layouts):
             check(f"{name}_runs", False, p.stderr[-300:])
             continue
         e = max_rel(losses(r), losses(ref[1]))
-        w, f = params_rel(ref[0], d, "param_final")
-        check(f"{name}_matches_1_rank", e < 1e-5 and w < 1e-5, f"loss max rel {e:.3g}, params {w:.3g} ({f})")
+        whole, worst, f = params_rel(ref[0], d, "param_final")
+        check(f"{name}_matches_1_rank", e < 1e-5 and whole < 1e-5 and worst < 1e-4,
+              f"loss max rel {e:.3g}, params {whole:.3g}, worst tensor {worst:.3g} ({f})")
         shutil.rmtree(d, ignore_errors=True)
 
 
