@@ -39,16 +39,16 @@ static void test_xent_shards(void) {
     for (int t = 0; t < 2; t++) be->xent_shard_sum(be->ctx, sums[t], shard[t], labels, mx[t], N, VL, t ? V - VL : VL, t * VL);
     for (int i = 0; i < 2 * N; i++) sums[0][i] = sums[1][i] = sums[0][i] + sums[1][i]; /* the SUM all-reduce */
     double loss = 0, err = 0;
-    for (int i = 0; i < N; i++) loss += log(sums[0][2 * i]) + mx[0][i] - sums[0][2 * i + 1];
+    for (int i = 0; i < N; i++) loss += log((double)sums[0][2 * i]) + mx[0][i] - sums[0][2 * i + 1];
     for (int t = 0; t < 2; t++) {
         be->xent_shard_bwd(be->ctx, d[t], shard[t], labels, mx[t], sums[t], N, VL, t ? V - VL : VL, t * VL, 0.5f);
         for (int i = 0; i < N; i++)
             for (int j = 0; j < VL; j++) {
                 float want = t * VL + j < V ? d_ref[i * V + t * VL + j] : 0.0f;
-                err = fmax(err, fabs(d[t][i * VL + j] - want));
+                err = fmax(err, fabs((double)d[t][i * VL + j] - want));
             }
     }
-    EXPECT("xent_shards_loss_equals_whole", fabs(loss - loss_ref) < 1e-5 * fabs(loss_ref), "%g vs %g", loss, loss_ref);
+    EXPECT("xent_shards_loss_equals_whole", fabs(loss - loss_ref) < 1e-5 * fabs((double)loss_ref), "%g vs %g", loss, loss_ref);
     EXPECT("xent_shards_grad_equals_whole_padding_zero", err < 1e-6, "max err %g", err);
 }
 
@@ -67,9 +67,9 @@ static void test_embedding_shards(void) {
         be->embedding_fwd_shard(be->ctx, part[t], table + t * 5 * H, ids, N, H, t * 5, 5, 0);
         be->embedding_bwd_shard(be->ctx, dt[t], dout, ids, N, H, t * 5, 5);
     }
-    for (int i = 0; i < N * H; i++) err = fmax(err, fabs(part[0][i] + part[1][i] - whole[i]));
+    for (int i = 0; i < N * H; i++) err = fmax(err, fabs((double)part[0][i] + part[1][i] - whole[i]));
     for (int t = 0; t < 2; t++)
-        for (int i = 0; i < 5 * H; i++) err = fmax(err, fabs(dt[t][i] - dref[t * 5 * H + i]));
+        for (int i = 0; i < 5 * H; i++) err = fmax(err, fabs((double)dt[t][i] - dref[t * 5 * H + i]));
     EXPECT("embedding_shards_sum_to_whole_lookup_and_scatter", err == 0, "max err %g", err);
 }
 
