@@ -575,9 +575,11 @@ static const float *bert_grad_input(void *self) {
     return m->st.first ? NULL : m->dy;
 }
 
+/* The first stage makes whole samples (tokens and labels), so it alone writes them. */
 static tfb_status bert_dump_batch(void *self, const char *dir) {
     bert_model *m = self;
     int s = m->wc.seq_len, P = m->wc.masked;
+    if (!m->st.first) return TFB_OK;
     const bert_batch *h = &m->host[m->last_slot];
     struct { const char *name; const int *data; int rows, cols; } t[] = {
         {"input_ids", h->ids, m->B, s},          {"token_type_ids", h->types, m->B, s},
