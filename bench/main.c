@@ -1,10 +1,12 @@
-/* main.c — tfbench's entry point: subcommands that need no MPI (compare) are dispatched here; everything else is
- * the run driver (run.c). This file only owns the process. */
+/* main.c — tfbench's entry point: subcommands that need no MPI (compare, topo) are dispatched here; everything else
+ * is the run driver (run.c). This file only owns the process. */
 #include <string.h>
 #include "run.h"
+#include "topo_main.h"
 #include "../results/compare.h"
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "compare") == 0) return tfb_compare_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "topo") == 0) return tfb_topo_main(argc - 1, argv + 1);
     return tfb_run_main(argc, argv);
 }

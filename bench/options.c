@@ -48,6 +48,7 @@ static const opt_spec OPTS[] = {
     {"--log", OPT_STR, F(log), "", 0, 0, "JSON-lines event log: run start, configuration, steps, trials, run end"},
     {"--dump", OPT_STR, F(dump), "", 0, 0, "directory for .npy dumps of initial parameters, first batch, first gradients"},
     {"--device", OPT_STR, F(device), "auto", 0, 0, "auto|cpu"},
+    {"--bind", OPT_STR, F(bind), "auto", 0, 0, "auto|gpu|core|numa|none: where each rank runs (auto: gpu with GPUs, else core)"},
     {"--threads", OPT_INT0, F(threads), "0", 0, 4096, "CPU threads per rank (0: cores available to the rank)"},
     {"--peak-tflops", OPT_NUM, F(peak_tflops), "0", 0, 1e6, "peak TFLOP/s per rank for MFU (0: measure with SGEMM)"},
     {"--fixed-batch", OPT_FLAG, F(fixed_batch), "0", 0, 0, "reuse the first batch every step"},
@@ -128,7 +129,8 @@ static tfb_status check_options(tfb_options *o, char *err, size_t n) {
                              *const sched[] = {"gpipe", "1f1b", NULL}, *const bal[] = {"flops", "time", NULL},
                              *const scal[] = {"weak", "strong", NULL}, *const dev[] = {"auto", "cpu", NULL},
                              *const prog[] = {"auto", "on", "off", NULL},
-                             *const fmt[] = {"table", "csv", NULL};
+                             *const fmt[] = {"table", "csv", NULL},
+                             *const bind[] = {"auto", "gpu", "core", "numa", "none", NULL};
     o->resnet = resnet_config_find(o->model) != NULL;
     if (!bert_config_find(o->model) && !o->resnet) {
         snprintf(err, n, "--model: unknown model '%s' (known: %s, %s)", o->model, bert_config_names(),
@@ -150,6 +152,7 @@ static tfb_status check_options(tfb_options *o, char *err, size_t n) {
     TFB_TRY(check_choice("--device", o->device, dev, err, n));
     TFB_TRY(check_choice("--progress", o->progress, prog, err, n));
     TFB_TRY(check_choice("--format", o->format, fmt, err, n));
+    TFB_TRY(check_choice("--bind", o->bind, bind, err, n));
     o->gemm_type = strcmp(o->precision, "fp16") == 0 ? TFB_F16 : strcmp(o->precision, "bf16") == 0 ? TFB_BF16 : TFB_F32;
     o->strong = strcmp(o->scaling, "strong") == 0;
     if (o->masked == 0) o->masked = (o->seq_len * 20 + 64) / 128;

@@ -33,6 +33,7 @@ typedef struct {
     char dump[4096];         /* empty: no dump */
     char log[4096];          /* empty: no event log */
     char device[16];
+    char bind[8];            /* auto, gpu, core, numa, none */
     int threads;             /* 0: cores available to the rank */
     double peak_tflops;      /* 0: measure */
     int fixed_batch;

@@ -19,6 +19,8 @@
 #include "train.h"
 #include "watchdog.h"
 #include "../results/event_log.h"
+#include "../topology/bind.h"
+#include "../topology/topo.h"
 #include "../results/results_json.h"
 
 typedef struct {
@@ -35,7 +37,12 @@ typedef struct {
     int argc;
     char **argv;
     char started_at[32];
+    tfb_topo topo;                    /* this machine */
+    tfb_bind_plan bind;               /* this rank's */
+    char *rank_binding;               /* [world * 64] every rank's binding read back */
 } run_ctx;
+
+enum { BIND_TEXT = 64 };
 
 /* Cores this rank may use: its affinity set, shared out when every local rank sees the same cores. */
 static int threads_for_rank(int local_size) {
@@ -179,6 +186,9 @@ static void record_start(run_ctx *r, tfb_run_record *rec, const tfb_strategy *s)
     rec->pp = s->pp;
     rec->global_batch = s->global_batch;
     rec->skip = s->skip[0] ? s->skip : NULL;
+    rec->binding = tfb_bind_mode_name(r->bind.mode);
+    rec->rank_binding = r->rank_binding;
+    rec->topology = &r->topo;
 }
 
 /* Every configuration in turn; ranks outside one wait at the barrier that follows it (outside its windows). */
@@ -201,11 +211,34 @@ static tfb_status run_configurations(run_ctx *r) {
     return TFB_OK;
 }
 
-static tfb_status run_job(run_ctx *r) {
+/* Loads this machine's topology, binds this rank as --bind asks, and gathers every rank's binding as read back.
+ * *threads: the cores bound (or, unbound, this rank's share of its affinity set). */
+static tfb_status place_rank(run_ctx *r, int *threads) {
     int local_rank = 0, local_size = 1;
-    char why[256];
+    char err[600] = "", mine[BIND_TEXT] = "";
+    tfb_bind_mode mode;
     tfb_comm_mpi_local(&local_rank, &local_size);
-    int threads = r->o.threads ? r->o.threads : threads_for_rank(local_size);
+    tfb_status st = tfb_topo_load(NULL, NULL, &r->topo, err, sizeof err);
+    if (st != TFB_OK) {
+        if (r->world->rank == 0) fprintf(stderr, "tfbench: %s\n", err);
+        return st;
+    }
+    TFB_CHECK(tfb_bind_mode_parse(r->o.bind, r->topo.n_gpus > 0, &mode));
+    TFB_CHECK(tfb_bind_plan_make(&r->topo, mode, local_rank, local_size, &r->bind));
+    if (tfb_bind_apply(&r->topo, &r->bind) != TFB_OK && r->world->rank == 0)
+        fprintf(stderr, "tfbench: --bind %s: the operating system refused cpus %s; running unbound\n",
+                tfb_bind_mode_name(mode), r->bind.cpulist);
+    *threads = mode == TFB_BIND_NONE || r->bind.cores < 1 ? threads_for_rank(local_size) : r->bind.cores;
+    tfb_bind_read(&r->topo, mine, sizeof mine);
+    TFB_CHECK_ALLOC(r->rank_binding = calloc((size_t)r->world->size, BIND_TEXT));
+    return r->world->allgather(r->world, mine, r->rank_binding, BIND_TEXT / 8, TFB_COMM_U64);
+}
+
+static tfb_status run_job(run_ctx *r) {
+    int threads = 1;
+    char why[256];
+    TFB_CHECK(place_rank(r, &threads));
+    if (r->o.threads) threads = r->o.threads;
     if (tfb_backend_open(r->o.device, threads, &r->be, why, sizeof why) != TFB_OK) {
         if (r->world->rank == 0) fprintf(stderr, "tfbench: --device: %s\n", why);
         return TFB_ERR_ARG;
@@ -262,6 +295,8 @@ int tfb_run_main(int argc, char **argv) {
     int code = exit_code(st), worst = code;
     if (r.world->allreduce(r.world, &worst, 1, TFB_COMM_I32, TFB_MAX) != TFB_OK) worst = code ? code : 1;
     free_records(&r);
+    free(r.rank_binding);
+    tfb_topo_free(&r.topo);
     tfb_comm_mpi_finalize();
     return worst;
 }

@@ -24,6 +24,9 @@ typedef struct {
     int microbatches;            /* per step and replica */
     const char *schedule;        /* "gpipe", "1f1b" */
     const char *balance;         /* how pipeline stages were cut, in words */
+    const char *binding;         /* the binding mode in force */
+    const char *rank_binding;    /* [ranks * 64] each rank's CPU binding read back, as a list */
+    const void *topology;        /* rank 0's tfb_topo (topology/topo.h), or NULL */
     int ranks, threads_per_rank, local_batch, global_batch, seq_len, masked, warmup, steps, trials;
     double dropout, lr, weight_decay, bucket_mb;
     const char *optimizer;       /* name and fixed hyper-parameters */

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include "results_json.h"
 #include "env.h"
+#include "../topology/topo.h"
 
 static void dir_of(const char *path, char *dir, size_t len) {
     const char *slash = strrchr(path, '/');
@@ -70,6 +71,7 @@ static cJSON *config_json(const tfb_run_record *r) {
     cJSON_AddStringToObject(c, "pipeline_schedule", r->schedule);
     cJSON_AddStringToObject(c, "pipeline_balance", r->balance);
     cJSON_AddNumberToObject(c, "threads_per_rank", r->threads_per_rank);
+    if (r->binding) cJSON_AddStringToObject(c, "binding", r->binding);
     cJSON_AddNumberToObject(c, "batch_per_rank", r->local_batch);
     cJSON_AddStringToObject(c, "batch_per_rank_definition", "samples in one micro-batch of one replica");
     cJSON_AddNumberToObject(c, "global_batch", r->global_batch);
@@ -173,6 +175,10 @@ static cJSON *checks_json(const tfb_run_record *r) {
     for (int i = 0; i < r->ranks; i++)
         cJSON_AddItemToArray(per_rank, cJSON_CreateDoubleArray(r->rank_step_s + (size_t)i * n, n));
     cJSON_AddItemToObject(o, "rank_step_time_s", per_rank);
+    cJSON *bind = cJSON_CreateArray();
+    for (int i = 0; r->rank_binding && i < r->ranks; i++)
+        cJSON_AddItemToArray(bind, cJSON_CreateString(r->rank_binding + (size_t)i * 64));
+    cJSON_AddItemToObject(o, "rank_cpu_binding", bind);
     cJSON_AddNumberToObject(o, "max_rss_bytes_any_rank", r->max_rss_bytes);
     cJSON_AddBoolToObject(o, "dynamic_loss_scaling", r->loss_scaled);
     cJSON_AddNumberToObject(o, "loss_scale_final", r->loss_scale_final);
@@ -227,6 +233,35 @@ static cJSON *configuration_json(const tfb_run_record *r) {
     return c;
 }
 
+/* Rank 0's machine: CPU side, GPUs and the GPU matrix (nvidia-smi classes). */
+static cJSON *topology_json(const tfb_topo *t) {
+    cJSON *o = cJSON_CreateObject(), *gpus = cJSON_CreateArray(), *matrix = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "source", t->source);
+    cJSON_AddNumberToObject(o, "packages", t->packages);
+    cJSON_AddNumberToObject(o, "numa_nodes", t->n_numa);
+    cJSON_AddNumberToObject(o, "cores", t->cores);
+    cJSON_AddNumberToObject(o, "hardware_threads", t->pus);
+    for (int i = 0; i < t->n_gpus; i++) {
+        cJSON *g = cJSON_CreateObject(), *row = cJSON_CreateArray();
+        cJSON_AddStringToObject(g, "name", t->gpus[i].name);
+        cJSON_AddStringToObject(g, "pci_bus_id", t->gpus[i].busid);
+        cJSON_AddNumberToObject(g, "numa_node", t->gpus[i].numa);
+        cJSON_AddStringToObject(g, "cpu_affinity", t->gpus[i].cpulist);
+        cJSON_AddItemToArray(gpus, g);
+        for (int j = 0; j < t->n_gpus; j++) {
+            char cell[16];
+            const tfb_gpu_pair *p = &t->pair[i][j];
+            if (p->kind == TFB_LINK_NV) snprintf(cell, sizeof cell, "NV%d", p->nvlinks);
+            else snprintf(cell, sizeof cell, "%s", tfb_link_name(p->kind));
+            cJSON_AddItemToArray(row, cJSON_CreateString(cell));
+        }
+        cJSON_AddItemToArray(matrix, row);
+    }
+    cJSON_AddItemToObject(o, "gpus", gpus);
+    cJSON_AddItemToObject(o, "gpu_matrix", matrix);
+    return o;
+}
+
 static cJSON *run_json(const tfb_run_record *recs, int n, int complete, const char *mpi_library) {
     const tfb_run_record *r = &recs[0];
     cJSON *root = cJSON_CreateObject(), *argv = cJSON_CreateArray(), *list = cJSON_CreateArray();
@@ -241,6 +276,7 @@ static cJSON *run_json(const tfb_run_record *recs, int n, int complete, const ch
     for (int i = 0; i < r->argc; i++) cJSON_AddItemToArray(argv, cJSON_CreateString(r->argv[i]));
     cJSON_AddItemToObject(root, "command_line", argv);
     cJSON_AddItemToObject(root, "environment", tfb_env_capture(mpi_library));
+    if (r->topology) cJSON_AddItemToObject(root, "topology", topology_json(r->topology));
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(list, configuration_json(&recs[i]));
     cJSON_AddItemToObject(root, "configurations", list);
     return root;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Probes tfbench's dependencies by compiling a small program against each, writes BUILD/config.h (HAVE_X 0/1)
-# and BUILD/config.mk (flags), and prints a summary. Required: MPI, OpenBLAS, cJSON. Optional: hwloc, CUDA
+# and BUILD/config.mk (flags), and prints a summary. Required: MPI, OpenBLAS, cJSON, hwloc. Optional: CUDA
 # (nvcc), cuBLAS, cuDNN, NCCL. CUDA=0 skips the CUDA probes. Files are rewritten only when their content changes.
 set -u
 build=${1:-build}
@@ -39,7 +39,7 @@ probe OPENBLAS cblas.h 'openblas_set_num_threads(1)' "$blas_flags"; r=$?
 record OPENBLAS 1 $r "(required; $([ "$blas_flags" = -lopenblas ] && echo default build || echo OpenMP build))"
 probe CJSON cjson/cJSON.h 'cJSON_Delete(cJSON_CreateObject())' '-lcjson'; record CJSON 1 $? "(required)"
 probe HWLOC hwloc.h 'hwloc_topology_t t; hwloc_topology_init(&t)' '-lhwloc'; r=$?
-record HWLOC 0 $r "(optional: topology)"; [ $r = 0 ] && libs+=(-lhwloc)
+record HWLOC 1 $r "(required: topology, binding)"; [ $r = 0 ] && libs+=(-lhwloc)
 
 cuda_r=1 cublas_r=1 cudnn_r=1 nccl_r=1
 if [ "$cuda_mode" != 0 ] && [ -x "$cuda_home/bin/nvcc" ]; then

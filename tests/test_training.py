@@ -433,7 +433,7 @@ BAD = [  # (arguments, the flag the message must name, ranks)
     (["--parallel", "pipeline"], "--parallel pipeline", 5), (["--microbatches", "-1"], "--microbatches", 1),
     (["--parallel", "pipeline", "--microbatches", "3", "--batch", "2", "--scaling", "strong"], "--batch", 2),
     (["--parallel", "data", "--tp", "2"], "--parallel", 2), (["--schedule", "zigzag"], "--schedule", 1),
-    (["--dump", "/tmp", "--seq-len", "16"], "--dump", 2),
+    (["--dump", "/tmp", "--seq-len", "16"], "--dump", 2), (["--bind", "socket"], "--bind", 1),
 ]
 
 
@@ -549,6 +549,32 @@ def test_pipeline_memory():
         check(f"pipeline_{sched}_P{ranks}_M{m}_holds_{want}", held == want, f"{held} {p.stderr[-200:]}")
 
 
+def test_topology():
+    fix = os.path.join(ROOT, "tests", "fixtures", "topology")
+    p = subprocess.run([BIN, "topo", "--topology", os.path.join(fix, "power8-4xP100-nvlink.xml")], env=ENV, capture_output=True, text=True)
+    want = open(os.path.join(fix, "power8.matrix.txt")).read()
+    check("topo_power8_matrix_matches_expected_text", p.returncode == 0 and p.stdout.startswith(want) and "NV2   2 NVLinks" in p.stdout,
+          p.stdout[:600] + p.stderr)
+    p = subprocess.run([BIN, "topo", "--topology", os.path.join(fix, "2socket-k40m-pcie.xml")], env=ENV, capture_output=True, text=True)
+    check("topo_k40m_one_gpu_numa_1_no_nvlink", p.returncode == 0 and "GPU0    X       8-15,24-31              1" in p.stdout
+          and "Tesla K40m" in p.stdout and "NV" not in p.stdout.split("Legend")[0], p.stdout[:400])
+    bad = os.path.join(TMP, "corrupt.xml")
+    open(bad, "w").write("<topology><object")
+    for name, path in (("corrupt", bad), ("missing", os.path.join(TMP, "nope.xml"))):
+        p = subprocess.run([BIN, "topo", "--topology", path], env=ENV, capture_output=True, text=True)
+        lines = p.stderr.strip().splitlines()
+        check(f"topo_{name}_file_exit2_one_line", p.returncode == 2 and len(lines) == 1 and "--topology" in lines[0] and not p.stdout, p.stderr)
+    saved = os.path.join(TMP, "saved.xml")
+    p = subprocess.run([BIN, "topo", "--save", saved], env=ENV, capture_output=True, text=True)
+    q = subprocess.run([BIN, "topo", "--topology", saved], env=ENV, capture_output=True, text=True)
+    cpu = lambda out: out[out.index("CPU ("):].split("): ", 1)[1].split("\nsaved:")[0].strip() if "CPU (" in out else None
+    check("topo_this_machine_saved_and_reloaded", p.returncode == 0 and q.returncode == 0 and cpu(p.stdout) == cpu(q.stdout), p.stdout + q.stdout + q.stderr)
+    p, r = tfbench(SMALL + ["--batch", "2", "--steps", "1"], 2, "bound")
+    b = r["checks"]["rank_cpu_binding"] if r else []
+    check("training_records_binding_and_topology", r is not None and r["config"]["binding"] == "core" and len(b) == 2 and all(b)
+          and r["topology"]["cores"] >= 1 and "gpu_matrix" in r["topology"], str(r and r.get("topology")) + p.stderr[-200:])
+
+
 def test_comparison_run():
     out = os.path.join(TMP, "compare4.json")
     cmd = ["mpirun", "-np", "4", BIN, "--model", "resnet-tiny", "--batch", "4", "--steps", "3", "--warmup", "1",
@@ -569,7 +595,7 @@ def test_comparison_run():
           and len(lines) == 8 and len(skipped) == 1 and "heads" in skipped[0]["skipped"], f"{lines[:3]} {skipped}")
 
 
-for t in (test_bad_input, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
+for t in (test_bad_input, test_topology, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
     t()
 if failures:
     print(f"test files kept in {TMP}")
