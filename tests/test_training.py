@@ -575,6 +575,23 @@ def test_topology():
           and r["topology"]["cores"] >= 1 and "gpu_matrix" in r["topology"], str(r and r.get("topology")) + p.stderr[-200:])
 
 
+def test_links():
+    out = os.path.join(TMP, "links.json")
+    p = subprocess.run(["mpirun", "-np", "2", BIN, "links", "-b", "8", "-e", "1M", "-f", "16", "-n", "3", "-w", "1", "--output", out],
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    r = json.load(open(out)) if p.returncode == 0 and os.path.exists(out) else {}
+    rows = r.get("collectives", [])
+    ops = sorted(set(x["op"] for x in rows))
+    factors = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5, "broadcast": 1.0, "sendrecv": 1.0}
+    ok = ops == sorted(factors) and all(x["wrong"] == 0 and x["time_s"] > 0 for x in rows) \
+        and all(abs(x["busbw_gb_s"] - x["algbw_gb_s"] * factors[x["op"]]) <= 1e-9 * x["algbw_gb_s"] for x in rows) \
+        and all(abs(x["algbw_gb_s"] - x["size_bytes"] / x["time_s"] / 1e9) <= 1e-9 * x["algbw_gb_s"] for x in rows) \
+        and len(r.get("pairs", [])) == 2 and all(q["one_way_gb_s"] > 0 and q["latency_us"] > 0 for q in r["pairs"])
+    check("links_2_ranks_no_wrong_results_busbw_is_algbw_times_factor", ok, f"{ops} {p.stdout[-300:]} {p.stderr[-300:]}")
+    p = subprocess.run([BIN, "links", "-b", "3x"], env=ENV, capture_output=True, text=True, timeout=60)
+    check("links_bad_size_exit2", p.returncode == 2 and p.stderr.startswith("tfbench links: -b:"), p.stderr)
+
+
 def test_comparison_run():
     out = os.path.join(TMP, "compare4.json")
     cmd = ["mpirun", "-np", "4", BIN, "--model", "resnet-tiny", "--batch", "4", "--steps", "3", "--warmup", "1",
@@ -595,7 +612,7 @@ def test_comparison_run():
           and len(lines) == 8 and len(skipped) == 1 and "heads" in skipped[0]["skipped"], f"{lines[:3]} {skipped}")
 
 
-for t in (test_bad_input, test_topology, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
+for t in (test_bad_input, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
     t()
 if failures:
     print(f"test files kept in {TMP}")

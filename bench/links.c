@@ -1,0 +1,309 @@
+/* links.c — see links.h. Times are the maximum over ranks of each rank's average over the timed iterations, after
+ * a barrier; sizes follow nccl-tests: all-gather counts the gathered bytes, reduce-scatter the bytes before the
+ * scatter, the others the buffer. Bus bandwidth factors (nccl-tests, PERFORMANCE.md): all-reduce 2(n-1)/n,
+ * all-gather and reduce-scatter (n-1)/n, broadcast and send/receive 1. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+#include "links.h"
+#include "clock.h"
+#include "comm.h"
+#include "../kernels/backend.h"
+#include "../results/env.h"
+#include "../results/results_json.h"
+
+typedef struct {
+    size_t min_bytes, max_bytes;
+    double factor;
+    int iters, warmup;
+    char output[4096];
+} links_opts;
+
+typedef struct {
+    tfb_comm *w;
+    tfb_backend *be;
+    float *a, *b, *c;          /* (max_bytes / 4 * ranks) each: send, receive, host check copy */
+    float *host;
+    links_opts o;
+    cJSON *json;
+} links_ctx;
+
+typedef enum { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_BCAST, OP_SENDRECV, N_OPS } coll_op;
+static const char *const OP_NAMES[N_OPS] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv"};
+
+/* ---- options ---- */
+
+static int parse_size(const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mult = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1.0;
+    if (*end && end[1] != '\0') return 0;
+    if (*end && mult == 1.0) return 0;
+    v *= mult;
+    if (errno || !(v >= 4) || v > 4294967296.0) return 0;
+    *out = (size_t)v / 4 * 4;
+    return 1;
+}
+
+static int bad(int rank, const char *flag, const char *what) {
+    if (rank == 0) fprintf(stderr, "tfbench links: %s: %s\n", flag, what);
+    return 0;
+}
+
+static int parse_opts(int argc, char **argv, int rank, links_opts *o) {
+    *o = (links_opts){.min_bytes = 8, .max_bytes = 64 << 20, .factor = 2, .iters = 20, .warmup = 5};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) return bad(rank, f, "unknown option or missing value (-b SIZE -e SIZE -f FACTOR -n ITERS -w WARMUP "
+                                    "--output FILE)");
+        i++;
+        if (strcmp(f, "-b") == 0 && !parse_size(v, &o->min_bytes)) return bad(rank, f, "expected a size (4 .. 4G, K/M/G)");
+        else if (strcmp(f, "-e") == 0 && !parse_size(v, &o->max_bytes)) return bad(rank, f, "expected a size (4 .. 4G, K/M/G)");
+        else if (strcmp(f, "-f") == 0 && !((o->factor = strtod(v, NULL)) > 1.0 && o->factor <= 1024)) return bad(rank, f, "expected a factor above 1");
+        else if (strcmp(f, "-n") == 0 && !((o->iters = atoi(v)) >= 1 && o->iters <= 100000)) return bad(rank, f, "expected 1 .. 100000 iterations");
+        else if (strcmp(f, "-w") == 0 && !((o->warmup = atoi(v)) >= 0 && o->warmup <= 100000)) return bad(rank, f, "expected 0 .. 100000 warm-up iterations");
+        else if (strcmp(f, "--output") == 0) snprintf(o->output, sizeof o->output, "%s", v);
+        else if (strcmp(f, "-b") && strcmp(f, "-e") && strcmp(f, "-f") && strcmp(f, "-n") && strcmp(f, "-w") &&
+                 strcmp(f, "--output"))
+            return bad(rank, f, "unknown option");
+    }
+    if (o->min_bytes > o->max_bytes) return bad(rank, "-b", "larger than -e");
+    return 1;
+}
+
+/* ---- collectives ---- */
+
+/* Elements of one rank's buffer for op at `bytes` (nccl-tests' size convention). */
+static size_t op_count(coll_op op, size_t bytes, int ranks) {
+    size_t n = bytes / 4;
+    return op == OP_ALLGATHER || op == OP_REDUCE_SCATTER ? n / (size_t)ranks : n;
+}
+
+static double bus_factor(coll_op op, int n) {
+    if (op == OP_ALLREDUCE) return 2.0 * (n - 1) / n;
+    if (op == OP_ALLGATHER || op == OP_REDUCE_SCATTER) return (double)(n - 1) / n;
+    return 1.0;
+}
+
+static tfb_status run_op(links_ctx *L, coll_op op, size_t n) {
+    tfb_comm *w = L->w;
+    int R = w->size, peer = w->rank ^ 1;
+    switch (op) {
+    case OP_ALLREDUCE: return w->allreduce(w, L->a, n, TFB_COMM_F32, TFB_SUM);
+    case OP_ALLGATHER: return w->allgather(w, L->a, L->b, n, TFB_COMM_F32);
+    case OP_REDUCE_SCATTER: return w->reduce_scatter(w, L->a, L->b, n, TFB_COMM_F32);
+    case OP_BCAST: return w->bcast(w, L->a, n, TFB_COMM_F32, 0);
+    default:
+        if (peer >= R) return TFB_OK; /* an odd rank out waits */
+        return w->sendrecv(w, L->a, n, peer, L->b, n, peer, TFB_COMM_F32, 11);
+    }
+}
+
+/* Rank r's input element i: small integers, so every sum is exact in FP32. */
+static float input_value(int r, size_t i) { return (float)((r + 1) * (int)(1 + i % 7)); }
+
+static tfb_status fill_inputs(links_ctx *L, coll_op op, size_t n) {
+    int r = L->w->rank, R = L->w->size;
+    size_t total = op == OP_REDUCE_SCATTER ? n * (size_t)R : n;
+    for (size_t i = 0; i < total; i++) L->host[i] = input_value(r, i);
+    return L->be->copy_h2d(L->be->ctx, L->a, L->host, total * 4);
+}
+
+/* Elements that differ from the exact result on this rank. */
+static tfb_status count_wrong(links_ctx *L, coll_op op, size_t n, double *wrong) {
+    int r = L->w->rank, R = L->w->size, peer = r ^ 1;
+    size_t out = op == OP_ALLGATHER ? n * (size_t)R : n;
+    const float *src = op == OP_ALLREDUCE || op == OP_BCAST ? L->a : L->b;
+    if (op == OP_SENDRECV && peer >= R) return TFB_OK;
+    TFB_CHECK(L->be->copy_d2h(L->be->ctx, L->host, src, out * 4));
+    long bad_here = 0;
+    for (size_t i = 0; i < out; i++) {
+        float want;
+        if (op == OP_ALLREDUCE) want = (float)(R * (R + 1) / 2 * (int)(1 + i % 7));
+        else if (op == OP_ALLGATHER) want = input_value((int)(i / n), i % n);
+        else if (op == OP_REDUCE_SCATTER) want = (float)(R * (R + 1) / 2 * (int)(1 + ((size_t)r * n + i) % 7));
+        else if (op == OP_BCAST) want = input_value(0, i);
+        else want = input_value(peer, i);
+        bad_here += L->host[i] != want;
+    }
+    *wrong += (double)bad_here;
+    return TFB_OK;
+}
+
+/* Average seconds per operation on this rank, then the maximum over ranks. */
+static tfb_status time_op(links_ctx *L, coll_op op, size_t n, double *seconds) {
+    tfb_backend *be = L->be;
+    for (int i = 0; i < L->o.warmup; i++) TFB_CHECK(run_op(L, op, n));
+    TFB_CHECK(be->sync(be->ctx));
+    TFB_CHECK(L->w->barrier(L->w));
+    double t0 = tfb_clock_s();
+    for (int i = 0; i < L->o.iters; i++) TFB_CHECK(run_op(L, op, n));
+    TFB_CHECK(be->sync(be->ctx));
+    *seconds = (tfb_clock_s() - t0) / L->o.iters;
+    return L->w->allreduce(L->w, seconds, 1, TFB_COMM_F64, TFB_MAX);
+}
+
+static tfb_status sweep(links_ctx *L, coll_op op, cJSON *rows) {
+    int R = L->w->size;
+    if (L->w->rank == 0)
+        printf("\n# %s, %d ranks\n#%12s %12s %10s %10s %10s %7s\n", OP_NAMES[op], R, "size (B)", "count", "time (us)",
+               "algbw GB/s", "busbw GB/s", "#wrong");
+    for (double sz = (double)L->o.min_bytes; sz <= (double)L->o.max_bytes * (1 + 1e-9); sz *= L->o.factor) {
+        size_t bytes = (size_t)sz / 4 * 4, n = op_count(op, bytes, R);
+        if (n == 0) continue;
+        double s, wrong = 0;
+        TFB_CHECK(fill_inputs(L, op, n));
+        TFB_CHECK(run_op(L, op, n));
+        TFB_CHECK(count_wrong(L, op, n, &wrong));
+        TFB_CHECK(L->w->allreduce(L->w, &wrong, 1, TFB_COMM_F64, TFB_SUM));
+        TFB_CHECK(time_op(L, op, n, &s));
+        size_t size = op == OP_ALLGATHER || op == OP_REDUCE_SCATTER ? n * 4 * (size_t)R : n * 4;
+        double algbw = (double)size / s / 1e9, busbw = algbw * bus_factor(op, R);
+        if (L->w->rank != 0) continue;
+        printf(" %12zu %12zu %10.2f %10.3f %10.3f %7.0f\n", size, n, s * 1e6, algbw, busbw, wrong);
+        cJSON *row = cJSON_CreateObject();
+        cJSON_AddStringToObject(row, "op", OP_NAMES[op]);
+        cJSON_AddNumberToObject(row, "size_bytes", (double)size);
+        cJSON_AddNumberToObject(row, "count", (double)n);
+        cJSON_AddNumberToObject(row, "time_s", s);
+        cJSON_AddNumberToObject(row, "algbw_gb_s", algbw);
+        cJSON_AddNumberToObject(row, "busbw_gb_s", busbw);
+        cJSON_AddNumberToObject(row, "bus_factor", bus_factor(op, R));
+        cJSON_AddNumberToObject(row, "wrong", wrong);
+        cJSON_AddItemToArray(rows, row);
+    }
+    return TFB_OK;
+}
+
+/* ---- the pair matrix ---- */
+
+/* Between ranks i and j (the others wait): one-way bandwidth (i to j), both ways at once, and half the round trip
+ * of a 4-byte message; on rank 0, times are those of rank i. */
+static tfb_status pair_measure(links_ctx *L, int i, int j, double out[3]) {
+    tfb_comm *w = L->w;
+    int me = w->rank, peer = me == i ? j : i, n = (int)(L->o.max_bytes < (16u << 20) ? L->o.max_bytes / 4 : 4u << 20);
+    double t = 0, v[3] = {0, 0, 0};
+    TFB_CHECK(w->barrier(w));
+    if (me == i || me == j) {
+        for (int k = 0; k < L->o.warmup + L->o.iters; k++) {
+            if (k == L->o.warmup) t = tfb_clock_s();
+            if (me == i) TFB_CHECK(w->send(w, L->a, (size_t)n, TFB_COMM_F32, j, 12));
+            else TFB_CHECK(w->recv(w, L->b, (size_t)n, TFB_COMM_F32, i, 12));
+        }
+        TFB_CHECK(w->sendrecv(w, L->a, 1, peer, L->b, 1, peer, TFB_COMM_F32, 13)); /* the receiver has all of it */
+        v[0] = (double)n * 4 * L->o.iters / (tfb_clock_s() - t) / 1e9;
+        t = tfb_clock_s();
+        for (int k = 0; k < L->o.iters; k++)
+            TFB_CHECK(w->sendrecv(w, L->a, (size_t)n, peer, L->b, (size_t)n, peer, TFB_COMM_F32, 14));
+        v[1] = 2.0 * n * 4 * L->o.iters / (tfb_clock_s() - t) / 1e9;
+        t = tfb_clock_s();
+        for (int k = 0; k < L->o.iters; k++) {
+            if (me == i) { TFB_CHECK(w->send(w, L->a, 1, TFB_COMM_F32, j, 15)); TFB_CHECK(w->recv(w, L->b, 1, TFB_COMM_F32, j, 15)); }
+            else { TFB_CHECK(w->recv(w, L->b, 1, TFB_COMM_F32, i, 15)); TFB_CHECK(w->send(w, L->a, 1, TFB_COMM_F32, i, 15)); }
+        }
+        v[2] = (tfb_clock_s() - t) / L->o.iters / 2 * 1e6;
+        if (me == i && i != 0) TFB_CHECK(w->send(w, v, 3, TFB_COMM_F64, 0, 16));
+    }
+    if (me == 0 && i != 0) TFB_CHECK(w->recv(w, v, 3, TFB_COMM_F64, i, 16));
+    memcpy(out, v, sizeof v);
+    return TFB_OK;
+}
+
+static tfb_status pair_matrix(links_ctx *L) {
+    int R = L->w->size;
+    cJSON *pairs = cJSON_CreateArray();
+    if (L->w->rank == 0)
+        printf("# point to point between ranks (MPI transport; no nominal figure: the link is the MPI library's)\n"
+               "#%6s %6s %16s %16s %14s\n", "from", "to", "one-way GB/s", "both ways GB/s", "latency (us)");
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < R; j++) {
+            double v[3];
+            if (i == j) continue;
+            TFB_CHECK(pair_measure(L, i, j, v));
+            if (L->w->rank != 0) continue;
+            printf(" %6d %6d %16.3f %16.3f %14.2f\n", i, j, v[0], v[1], v[2]);
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddNumberToObject(p, "from", i);
+            cJSON_AddNumberToObject(p, "to", j);
+            cJSON_AddNumberToObject(p, "one_way_gb_s", v[0]);
+            cJSON_AddNumberToObject(p, "both_ways_gb_s", v[1]);
+            cJSON_AddNumberToObject(p, "latency_us", v[2]);
+            cJSON_AddItemToArray(pairs, p);
+        }
+    if (L->json) cJSON_AddItemToObject(L->json, "pairs", pairs);
+    else cJSON_Delete(pairs);
+    return TFB_OK;
+}
+
+/* ---- the command ---- */
+
+static tfb_status write_json(links_ctx *L) {
+    if (L->w->rank != 0 || !L->o.output[0]) return TFB_OK;
+    char *text = cJSON_Print(L->json);
+    TFB_CHECK_ALLOC(text);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", L->o.output);
+    FILE *f = fopen(tmp, "w");
+    int ok = f && fputs(text, f) >= 0;
+    if (f && fclose(f) != 0) ok = 0;
+    free(text);
+    if (!ok || rename(tmp, L->o.output) != 0) { remove(tmp); return TFB_ERR_IO; }
+    printf("results: %s\n", L->o.output);
+    return TFB_OK;
+}
+
+static tfb_status links_run(links_ctx *L) {
+    char why[256];
+    size_t elems = L->o.max_bytes / 4 * (size_t)L->w->size + 4;
+    TFB_CHECK(tfb_backend_open("auto", 1, &L->be, why, sizeof why));
+    L->a = L->be->alloc(L->be->ctx, elems * 4);
+    L->b = L->be->alloc(L->be->ctx, elems * 4);
+    L->host = malloc(elems * 4);
+    if (!L->a || !L->b || !L->host) return TFB_ERR_NOMEM;
+    if (L->w->rank == 0) {
+        L->json = cJSON_CreateObject();
+        cJSON_AddNumberToObject(L->json, "schema_version", TFB_SCHEMA_VERSION);
+        cJSON_AddStringToObject(L->json, "tool", "tfbench links");
+        cJSON_AddNumberToObject(L->json, "ranks", L->w->size);
+        cJSON_AddStringToObject(L->json, "backend", L->be->name);
+        cJSON_AddStringToObject(L->json, "definition", "time: max over ranks of the mean over timed iterations; "
+                                "busbw = algbw x bus_factor (nccl-tests); wrong: elements differing from the exact "
+                                "result, summed over ranks");
+        cJSON_AddItemToObject(L->json, "environment", tfb_env_capture(tfb_comm_mpi_library()));
+        printf("tfbench links | %d ranks | backend %s | sizes %zu .. %zu B x %g | %d iterations after %d warm-up\n",
+               L->w->size, L->be->name, L->o.min_bytes, L->o.max_bytes, L->o.factor, L->o.iters, L->o.warmup);
+    }
+    if (L->w->size > 1) TFB_CHECK(pair_matrix(L));
+    cJSON *rows = cJSON_CreateArray();
+    tfb_status st = TFB_OK;
+    for (int op = 0; op < N_OPS && st == TFB_OK; op++) st = sweep(L, (coll_op)op, rows);
+    if (L->json) cJSON_AddItemToObject(L->json, "collectives", rows);
+    else cJSON_Delete(rows);
+    TFB_CHECK(st);
+    return write_json(L);
+}
+
+int tfb_links_main(int argc, char **argv) {
+    static links_ctx L;
+    if (tfb_comm_mpi_world(&argc, &argv, &L.w) != TFB_OK) return 1;
+    tfb_status st = TFB_ERR_ARG;
+    char err[600] = "";
+    if (parse_opts(argc, argv, L.w->rank, &L.o)) {
+        st = L.o.output[0] && L.w->rank == 0 ? tfb_results_check_path("--output", L.o.output, err, sizeof err) : TFB_OK;
+        int bad_path = st != TFB_OK;
+        L.w->bcast(L.w, &bad_path, 1, TFB_COMM_I32, 0);
+        if (bad_path && L.w->rank == 0) fprintf(stderr, "tfbench links: %s\n", err);
+        st = bad_path ? TFB_ERR_ARG : links_run(&L);
+    }
+    if (L.json) cJSON_Delete(L.json);
+    if (L.be) { L.be->free(L.be->ctx, L.a); L.be->free(L.be->ctx, L.b); L.be->destroy(L.be); }
+    free(L.host);
+    int code = st == TFB_OK ? 0 : st == TFB_ERR_ARG ? 2 : 1, worst = code;
+    L.w->allreduce(L.w, &worst, 1, TFB_COMM_I32, TFB_MAX);
+    tfb_comm_mpi_finalize();
+    return worst;
+}
