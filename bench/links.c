@@ -54,22 +54,27 @@ static int bad(int rank, const char *flag, const char *what) {
     return 0;
 }
 
+static int parse_one(links_opts *o, const char *f, const char *v, int rank) {
+    if (strcmp(f, "-b") == 0) return parse_size(v, &o->min_bytes) || bad(rank, f, "expected a size (4 .. 4G, K/M/G)");
+    if (strcmp(f, "-e") == 0) return parse_size(v, &o->max_bytes) || bad(rank, f, "expected a size (4 .. 4G, K/M/G)");
+    if (strcmp(f, "-f") == 0) return ((o->factor = strtod(v, NULL)) > 1.0 && o->factor <= 1024) ||
+                                     bad(rank, f, "expected a factor above 1");
+    if (strcmp(f, "-n") == 0) return ((o->iters = atoi(v)) >= 1 && o->iters <= 100000) ||
+                                     bad(rank, f, "expected 1 .. 100000 iterations");
+    if (strcmp(f, "-w") == 0) return ((o->warmup = atoi(v)) >= 0 && o->warmup <= 100000) ||
+                                     bad(rank, f, "expected 0 .. 100000 warm-up iterations");
+    if (strcmp(f, "--output") == 0) {
+        snprintf(o->output, sizeof o->output, "%s", v);
+        return 1;
+    }
+    return bad(rank, f, "unknown option (-b SIZE -e SIZE -f FACTOR -n ITERS -w WARMUP --output FILE)");
+}
+
 static int parse_opts(int argc, char **argv, int rank, links_opts *o) {
     *o = (links_opts){.min_bytes = 8, .max_bytes = 64 << 20, .factor = 2, .iters = 20, .warmup = 5};
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) return bad(rank, f, "unknown option or missing value (-b SIZE -e SIZE -f FACTOR -n ITERS -w WARMUP "
-                                    "--output FILE)");
-        i++;
-        if (strcmp(f, "-b") == 0 && !parse_size(v, &o->min_bytes)) return bad(rank, f, "expected a size (4 .. 4G, K/M/G)");
-        else if (strcmp(f, "-e") == 0 && !parse_size(v, &o->max_bytes)) return bad(rank, f, "expected a size (4 .. 4G, K/M/G)");
-        else if (strcmp(f, "-f") == 0 && !((o->factor = strtod(v, NULL)) > 1.0 && o->factor <= 1024)) return bad(rank, f, "expected a factor above 1");
-        else if (strcmp(f, "-n") == 0 && !((o->iters = atoi(v)) >= 1 && o->iters <= 100000)) return bad(rank, f, "expected 1 .. 100000 iterations");
-        else if (strcmp(f, "-w") == 0 && !((o->warmup = atoi(v)) >= 0 && o->warmup <= 100000)) return bad(rank, f, "expected 0 .. 100000 warm-up iterations");
-        else if (strcmp(f, "--output") == 0) snprintf(o->output, sizeof o->output, "%s", v);
-        else if (strcmp(f, "-b") && strcmp(f, "-e") && strcmp(f, "-f") && strcmp(f, "-n") && strcmp(f, "-w") &&
-                 strcmp(f, "--output"))
-            return bad(rank, f, "unknown option");
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc) return bad(rank, argv[i], "missing value or unknown option");
+        if (!parse_one(o, argv[i], argv[i + 1], rank)) return 0;
     }
     if (o->min_bytes > o->max_bytes) return bad(rank, "-b", "larger than -e");
     return 1;
@@ -120,12 +125,12 @@ static tfb_status count_wrong(links_ctx *L, coll_op op, size_t n, double *wrong)
     const float *src = op == OP_ALLREDUCE || op == OP_BCAST ? L->a : L->b;
     if (op == OP_SENDRECV && peer >= R) return TFB_OK;
     TFB_CHECK(L->be->copy_d2h(L->be->ctx, L->host, src, out * 4));
-    long bad_here = 0;
+    long bad_here = 0, ranks_sum = (long)R * (R + 1) / 2; /* sum of r + 1 over ranks */
     for (size_t i = 0; i < out; i++) {
         float want;
-        if (op == OP_ALLREDUCE) want = (float)(R * (R + 1) / 2 * (int)(1 + i % 7));
+        if (op == OP_ALLREDUCE) want = (float)(ranks_sum * (long)(1 + i % 7));
         else if (op == OP_ALLGATHER) want = input_value((int)(i / n), i % n);
-        else if (op == OP_REDUCE_SCATTER) want = (float)(R * (R + 1) / 2 * (int)(1 + ((size_t)r * n + i) % 7));
+        else if (op == OP_REDUCE_SCATTER) want = (float)(ranks_sum * (long)(1 + ((size_t)r * n + i) % 7));
         else if (op == OP_BCAST) want = input_value(0, i);
         else want = input_value(peer, i);
         bad_here += L->host[i] != want;
@@ -152,8 +157,9 @@ static tfb_status sweep(links_ctx *L, coll_op op, cJSON *rows) {
     if (L->w->rank == 0)
         printf("\n# %s, %d ranks\n#%12s %12s %10s %10s %10s %7s\n", OP_NAMES[op], R, "size (B)", "count", "time (us)",
                "algbw GB/s", "busbw GB/s", "#wrong");
-    for (double sz = (double)L->o.min_bytes; sz <= (double)L->o.max_bytes * (1 + 1e-9); sz *= L->o.factor) {
-        size_t bytes = (size_t)sz / 4 * 4, n = op_count(op, bytes, R);
+    int steps = (int)floor(log((double)L->o.max_bytes / (double)L->o.min_bytes) / log(L->o.factor) + 1e-9);
+    for (int k = 0; k <= steps; k++) {
+        size_t bytes = (size_t)((double)L->o.min_bytes * pow(L->o.factor, k)) / 4 * 4, n = op_count(op, bytes, R);
         if (n == 0) continue;
         double s, wrong = 0;
         TFB_CHECK(fill_inputs(L, op, n));

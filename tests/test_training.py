@@ -560,7 +560,8 @@ def test_topology():
           and "Tesla K40m" in p.stdout and "NV" not in p.stdout.split("Legend")[0], p.stdout[:400])
     bad = os.path.join(TMP, "corrupt.xml")
     open(bad, "w").write("<topology><object")
-    for name, path in (("corrupt", bad), ("missing", os.path.join(TMP, "nope.xml"))):
+    crash = os.path.join(fix, "fuzz-crash-numanode-without-complete-nodeset.xml")  # crashed hwloc 2.9 itself
+    for name, path in (("corrupt", bad), ("missing", os.path.join(TMP, "nope.xml")), ("fuzz_crash", crash)):
         p = subprocess.run([BIN, "topo", "--topology", path], env=ENV, capture_output=True, text=True)
         lines = p.stderr.strip().splitlines()
         check(f"topo_{name}_file_exit2_one_line", p.returncode == 2 and len(lines) == 1 and "--topology" in lines[0] and not p.stdout, p.stderr)

@@ -1,8 +1,11 @@
 /* topo.c — see topo.h. hwloc 2.x; I/O objects (PCI devices, bridges, OS devices) are walked through their parents
  * by hand, because hwloc's common-ancestor helper compares depths, which I/O objects do not have. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <hwloc.h>
 #include "topo.h"
@@ -16,6 +19,28 @@ const char *tfb_link_name(tfb_link k) {
 
 static hwloc_topology_t hw(const tfb_topo *t) { return (hwloc_topology_t)t->hw; }
 
+/* hwloc 2.9 can crash on a damaged XML file (a NUMA node without complete_nodeset reaches a NULL bitmap; found
+ * by tests/fuzz/fuzz_topo.c). A saved file is therefore loaded once in a child process first: if the child does
+ * not finish cleanly, the file is refused as corrupt instead of taking tfbench down. */
+static int loads_in_child(const char *xml) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return 1; /* cannot check: let the real load decide */
+    if (pid == 0) {
+        static const int fatal[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
+        for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++) signal(fatal[i], SIG_DFL); /* die quietly */
+        hwloc_topology_t topo;
+        int ok = hwloc_topology_init(&topo) == 0 && hwloc_topology_set_xml(topo, xml) == 0 &&
+                 hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) == 0 &&
+                 hwloc_topology_load(topo) == 0;
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return 1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 static tfb_status open_source(tfb_topo *t, const char *xml, const char *synthetic, char *err, size_t len) {
     hwloc_topology_t topo = hw(t);
     const char *env = getenv("HWLOC_XMLFILE");
@@ -25,8 +50,8 @@ static tfb_status open_source(tfb_topo *t, const char *xml, const char *syntheti
             snprintf(err, len, "--topology: cannot read %s", xml);
             return TFB_ERR_ARG;
         }
-        if (hwloc_topology_set_xml(topo, xml) != 0) {
-            snprintf(err, len, "--topology: %s is not an hwloc XML topology", xml);
+        if (!loads_in_child(xml) || hwloc_topology_set_xml(topo, xml) != 0) {
+            snprintf(err, len, "--topology: %s could not be loaded (corrupt or not an hwloc topology)", xml);
             return TFB_ERR_ARG;
         }
         snprintf(t->source, sizeof t->source, "saved: %s", xml);
