@@ -48,6 +48,9 @@ tfb_status tfb_comm_mpi_world(int *argc, char ***argv, tfb_comm **out);
 void tfb_comm_mpi_finalize(void);
 /* Ranks of this job that share this node, and this rank's index among them. */
 void tfb_comm_mpi_local(int *local_rank, int *local_size);
+/* This rank's node (0 .. nodes - 1, numbered in rank order) and its place on it. Collective over the world.
+ * TFB_TEST_NODES=K (a test hook) makes the job look like K machines of consecutive ranks. */
+void tfb_comm_mpi_node(int *node, int *nodes, int *local_rank, int *local_size);
 /* "Open MPI v4.1.4, ..." as the library reports it (first line). */
 const char *tfb_comm_mpi_library(void);
 

@@ -173,12 +173,42 @@ void tfb_comm_mpi_finalize(void) {
     if (!fin) MPI_Finalize();
 }
 
+/* TFB_TEST_NODES=K (a test hook): the ranks as K blocks of consecutive ranks, as if on K machines. */
+static int fake_nodes(int *node, int *nodes, int *local_rank, int *local_size) {
+    const char *env = getenv("TFB_TEST_NODES");
+    int world = 1, rank = 0, k = env ? atoi(env) : 0;
+    if (k < 1) return 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int block = (world + k - 1) / k;
+    *node = rank / block;
+    *nodes = (world + block - 1) / block;
+    *local_rank = rank % block;
+    *local_size = world - *node * block < block ? world - *node * block : block;
+    return 1;
+}
+
+void tfb_comm_mpi_node(int *node, int *nodes, int *local_rank, int *local_size) {
+    if (fake_nodes(node, nodes, local_rank, local_size)) return;
+    MPI_Comm shared;
+    int leader, first = 0;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared);
+    MPI_Comm_rank(shared, local_rank);
+    MPI_Comm_size(shared, local_size);
+    leader = *local_rank == 0;
+    MPI_Exscan(&leader, &first, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD); /* leaders before this rank */
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    if (world_rank == 0) first = 0;                                   /* MPI_Exscan leaves rank 0's undefined */
+    MPI_Bcast(&first, 1, MPI_INT, 0, shared);
+    *node = first;
+    MPI_Allreduce(&leader, nodes, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Comm_free(&shared);
+}
+
 void tfb_comm_mpi_local(int *local_rank, int *local_size) {
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, local_rank);
-    MPI_Comm_size(node, local_size);
-    MPI_Comm_free(&node);
+    int node, nodes;
+    tfb_comm_mpi_node(&node, &nodes, local_rank, local_size);
 }
 
 const char *tfb_comm_mpi_library(void) {

@@ -40,6 +40,8 @@ typedef struct {
     tfb_topo topo;                    /* this machine */
     tfb_bind_plan bind;               /* this rank's */
     char *rank_binding;               /* [world * 64] every rank's binding read back */
+    int *rank_node;                   /* [world] every rank's node */
+    int nodes;
 } run_ctx;
 
 enum { BIND_TEXT = 64 };
@@ -188,7 +190,20 @@ static void record_start(run_ctx *r, tfb_run_record *rec, const tfb_strategy *s)
     rec->skip = s->skip[0] ? s->skip : NULL;
     rec->binding = tfb_bind_mode_name(r->bind.mode);
     rec->rank_binding = r->rank_binding;
+    rec->rank_node = r->rank_node;
+    rec->nodes = r->nodes;
     rec->topology = &r->topo;
+}
+
+/* A tensor group should share a node (its collectives sit inside every layer); say so when one does not. */
+static void warn_tensor_across_nodes(const run_ctx *r, const tfb_strategy *s) {
+    for (int g = 0; r->world->rank == 0 && s->tp > 1 && g < s->dp * s->pp; g++)
+        for (int k = 1; k < s->tp; k++)
+            if (r->rank_node[g * s->tp + k] != r->rank_node[g * s->tp]) {
+                fprintf(stderr, "tfbench: warning: the tensor group of ranks %d-%d spans nodes; place whole groups on "
+                                "a node (e.g. mpirun --map-by ppr:%d:node)\n", g * s->tp, g * s->tp + s->tp - 1, s->tp);
+                return;
+            }
 }
 
 /* Every configuration in turn; ranks outside one wait at the barrier that follows it (outside its windows). */
@@ -197,6 +212,7 @@ static tfb_status run_configurations(run_ctx *r) {
         const tfb_strategy *s = &r->strategies[i];
         record_start(r, &r->recs[i], s);
         if (!s->skip[0]) {
+            warn_tensor_across_nodes(r, s);
             if (r->world->rank == 0 && r->o.compare)
                 fprintf(stderr, "tfbench: %s, %d x %d x %d (data x tensor x pipeline)\n", s->name, s->dp, s->tp, s->pp);
             TFB_CHECK(tfb_train_run(&r->env, s, &r->recs[i]));
@@ -214,10 +230,12 @@ static tfb_status run_configurations(run_ctx *r) {
 /* Loads this machine's topology, binds this rank as --bind asks, and gathers every rank's binding as read back.
  * *threads: the cores bound (or, unbound, this rank's share of its affinity set). */
 static tfb_status place_rank(run_ctx *r, int *threads) {
-    int local_rank = 0, local_size = 1;
+    int local_rank = 0, local_size = 1, node = 0;
     char err[600] = "", mine[BIND_TEXT] = "";
     tfb_bind_mode mode;
-    tfb_comm_mpi_local(&local_rank, &local_size);
+    tfb_comm_mpi_node(&node, &r->nodes, &local_rank, &local_size);
+    TFB_CHECK_ALLOC(r->rank_node = calloc((size_t)r->world->size, sizeof(int)));
+    TFB_CHECK(r->world->allgather(r->world, &node, r->rank_node, 1, TFB_COMM_I32));
     tfb_status st = tfb_topo_load(NULL, NULL, &r->topo, err, sizeof err);
     if (st != TFB_OK) {
         if (r->world->rank == 0) fprintf(stderr, "tfbench: %s\n", err);
@@ -296,6 +314,7 @@ int tfb_run_main(int argc, char **argv) {
     if (r.world->allreduce(r.world, &worst, 1, TFB_COMM_I32, TFB_MAX) != TFB_OK) worst = code ? code : 1;
     free_records(&r);
     free(r.rank_binding);
+    free(r.rank_node);
     tfb_topo_free(&r.topo);
     tfb_comm_mpi_finalize();
     return worst;

@@ -27,6 +27,8 @@ typedef struct {
     const char *binding;         /* the binding mode in force */
     const char *rank_binding;    /* [ranks * 64] each rank's CPU binding read back, as a list */
     const void *topology;        /* rank 0's tfb_topo (topology/topo.h), or NULL */
+    const int *rank_node;        /* [ranks] each rank's node */
+    int nodes;                   /* nodes of the whole job */
     int ranks, threads_per_rank, local_batch, global_batch, seq_len, masked, warmup, steps, trials;
     double dropout, lr, weight_decay, bucket_mb;
     const char *optimizer;       /* name and fixed hyper-parameters */

@@ -72,6 +72,7 @@ static cJSON *config_json(const tfb_run_record *r) {
     cJSON_AddStringToObject(c, "pipeline_balance", r->balance);
     cJSON_AddNumberToObject(c, "threads_per_rank", r->threads_per_rank);
     if (r->binding) cJSON_AddStringToObject(c, "binding", r->binding);
+    cJSON_AddNumberToObject(c, "nodes_in_job", r->nodes);
     cJSON_AddNumberToObject(c, "batch_per_rank", r->local_batch);
     cJSON_AddStringToObject(c, "batch_per_rank_definition", "samples in one micro-batch of one replica");
     cJSON_AddNumberToObject(c, "global_batch", r->global_batch);
@@ -179,6 +180,7 @@ static cJSON *checks_json(const tfb_run_record *r) {
     for (int i = 0; r->rank_binding && i < r->ranks; i++)
         cJSON_AddItemToArray(bind, cJSON_CreateString(r->rank_binding + (size_t)i * 64));
     cJSON_AddItemToObject(o, "rank_cpu_binding", bind);
+    if (r->rank_node) cJSON_AddItemToObject(o, "rank_node", cJSON_CreateIntArray(r->rank_node, r->ranks));
     cJSON_AddNumberToObject(o, "max_rss_bytes_any_rank", r->max_rss_bytes);
     cJSON_AddBoolToObject(o, "dynamic_loss_scaling", r->loss_scaled);
     cJSON_AddNumberToObject(o, "loss_scale_final", r->loss_scale_final);

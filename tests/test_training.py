@@ -274,7 +274,8 @@ def test_event_log():
 
 
 def test_compare():
-    p, base = tfbench(SMALL + ["--batch", "4", "--steps", "40", "--warmup", "3"], name="cmp_base")
+    # 80 steps: enough for the U test to see a 10% shift even when a loaded machine widens the step-time spread
+    p, base = tfbench(SMALL + ["--batch", "4", "--steps", "80", "--warmup", "3"], name="cmp_base")
     if base is None:
         check("compare_base_run", False, p.stderr[-300:])
         return
@@ -570,6 +571,20 @@ def test_topology():
     q = subprocess.run([BIN, "topo", "--topology", saved], env=ENV, capture_output=True, text=True)
     cpu = lambda out: out[out.index("CPU ("):].split("): ", 1)[1].split("\nsaved:")[0].strip() if "CPU (" in out else None
     check("topo_this_machine_saved_and_reloaded", p.returncode == 0 and q.returncode == 0 and cpu(p.stdout) == cpu(q.stdout), p.stdout + q.stdout + q.stderr)
+    env = dict(ENV, TFB_TEST_NODES="2")  # four ranks as if on two machines
+    p = subprocess.run(["mpirun", "-np", "4", "-x", "TFB_TEST_NODES", BIN, "topo"], env=env, capture_output=True, text=True, timeout=120)
+    rows = [l.split() for l in p.stdout.splitlines() if l.startswith("  ") and len(l.split()) >= 6 and l.split()[0].isdigit()]
+    pairs = {l.split()[0]: l.split()[1:] for l in p.stdout.splitlines() if l.startswith("R")}
+    check("topo_under_mpirun_places_ranks_and_marks_net_between_nodes", p.returncode == 0 and [x[2] for x in rows] == ["0", "0", "1", "1"]
+          and [x[3] for x in rows] == ["0", "1", "0", "1"] and pairs.get("R0") == ["X", "LOC", "NET", "NET"], p.stdout[-800:] + p.stderr[-300:])
+    for nodes, warn in (("2", False), ("4", True)):
+        out = os.path.join(TMP, f"nodes{nodes}.json")
+        p = subprocess.run(["mpirun", "-np", "4", "-x", "TFB_TEST_NODES", BIN] + SMALL[:-2] + ["--batch", "2", "--steps", "1", "--dp", "2", "--tp", "2",
+                           "--progress", "off", "--output", out], env=dict(ENV, TFB_TEST_NODES=nodes), capture_output=True, text=True, timeout=120)
+        r = flat(json.load(open(out))) if p.returncode == 0 else None
+        want = [0, 0, 1, 1] if nodes == "2" else [0, 1, 2, 3]
+        check(f"tensor_groups_across_{nodes}_nodes_{'warned' if warn else 'inside_a_node'}", r is not None and r["checks"]["rank_node"] == want
+              and ("spans nodes" in p.stderr) == warn and r["config"]["nodes_in_job"] == int(nodes), p.stderr[-300:])
     p, r = tfbench(SMALL + ["--batch", "2", "--steps", "1"], 2, "bound")
     b = r["checks"]["rank_cpu_binding"] if r else []
     check("training_records_binding_and_topology", r is not None and r["config"]["binding"] == "core" and len(b) == 2 and all(b)
