@@ -226,6 +226,7 @@ typedef struct {
     bert_batch *dev, *host;       /* [wc.slots] the batch in backend memory, and its host copy */
     tfb_mempool pools[3];         /* parameters+gradients, activations, batches */
     int *perm;                    /* (seq_len) host work space for choosing masked positions */
+    float *xstats;                /* (3M) host copy of the vocabulary-parallel softmax statistics */
     int last_slot;                /* the slot of the last batch loaded (for --dump) */
     int N, M, B;
 } bert_model;
@@ -422,13 +423,11 @@ static tfb_status mlm_loss(bert_model *m, bert_slot *a, const bert_batch *d, dou
     TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, a->xmax, (size_t)M, TFB_MAX));
     TFB_CHECK(be->xent_shard_sum(be->ctx, a->xsums, a->logits, d->mlm_labels, a->xmax, M, Vl, m->st.valid, m->st.v0));
     TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, a->xsums, (size_t)2 * M, TFB_SUM));
-    float *h = malloc((size_t)M * 3 * sizeof *h);
-    TFB_CHECK_ALLOC(h);
+    float *h = m->xstats;
     tfb_status st = be->copy_d2h(be->ctx, h, a->xmax, (size_t)M * 4);
     if (st == TFB_OK) st = be->copy_d2h(be->ctx, h + M, a->xsums, (size_t)M * 8);
     *sum = 0;
     for (int i = 0; i < M && st == TFB_OK; i++) *sum += log((double)h[M + 2 * i]) + h[i] - h[M + 2 * i + 1];
-    free(h);
     return st;
 }
 
@@ -606,6 +605,7 @@ static void bert_destroy(void *self) {
     free(m->dev);
     free(m->host);
     free(m->perm);
+    free(m->xstats);
     free(m->wl.unit_s);
     free(m);
 }
@@ -723,7 +723,8 @@ static tfb_status alloc_host_state(bert_model *m) {
     m->dev = calloc((size_t)S, sizeof *m->dev);
     m->host = calloc((size_t)S, sizeof *m->host);
     m->perm = malloc((size_t)m->wc.seq_len * sizeof(int));
-    if (!m->w.layer || !m->g.layer || !m->slot || !m->busy || !m->dev || !m->host || !m->perm) return TFB_ERR_NOMEM;
+    m->xstats = malloc(((size_t)m->M * 3 + 1) * sizeof(float));
+    if (!m->xstats || !m->w.layer || !m->g.layer || !m->slot || !m->busy || !m->dev || !m->host || !m->perm) return TFB_ERR_NOMEM;
     for (int i = 0; i < S; i++)
         if (!(m->slot[i].layer = calloc((size_t)L, sizeof(bert_layer_acts)))) return TFB_ERR_NOMEM;
     return TFB_OK;

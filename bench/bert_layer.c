@@ -59,16 +59,22 @@ tfb_status bert_linear_fwd(const bert_ctx *c, float *out, const float *in, const
     return TFB_OK;
 }
 
-tfb_status bert_linear_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const float *in,
-                           const float *w, int n, int in_f, int out_f) {
-    const void *dy, *x;
-    TFB_CHECK(lp_act(c, 0, dout, (size_t)n * out_f, &dy));
-    if (din) TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, in_f, 0, 1));
-    if (!dw) return TFB_OK;
+/* dW += dy^T in and db += colsum(dout), dy being dout already in the GEMM type. */
+static tfb_status linear_bwd_weight(const bert_ctx *c, float *dw, float *db, const void *dy, const float *dout,
+                                   const float *in, int n, int in_f, int out_f) {
+    const void *x;
     TFB_CHECK(lp_act(c, 1, in, (size_t)n * in_f, &x));
     TFB_CHECK(gemm(c, 1, 0, out_f, in_f, n, dy, out_f, 0, x, in_f, 0, 1.0f, dw, in_f, 0, 1));
     if (db) TFB_CHECK(c->be->bias_grad(c->be->ctx, db, dout, n, out_f));
     return TFB_OK;
+}
+
+tfb_status bert_linear_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const float *in,
+                           const float *w, int n, int in_f, int out_f) {
+    const void *dy;
+    TFB_CHECK(lp_act(c, 0, dout, (size_t)n * out_f, &dy));
+    if (din) TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, in_f, 0, 1));
+    return dw ? linear_bwd_weight(c, dw, db, dy, dout, in, n, in_f, out_f) : TFB_OK;
 }
 
 int bert_ctx_local_width(const bert_ctx *c) {
@@ -88,13 +94,15 @@ tfb_status bert_row_parallel_fwd(const bert_ctx *c, float *out, const float *in,
 tfb_status bert_col_parallel_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout,
                                  const float *in, const float *w, int n, int in_f, int out_f) {
     if (!has_group(c)) return bert_linear_bwd(c, din, dw, db, dout, in, w, n, in_f, out_f);
-    TFB_CHECK(bert_linear_bwd(c, din, NULL, NULL, dout, in, w, n, in_f, out_f));
+    const void *dy; /* cast once: slot 0 holds it through both GEMMs */
+    TFB_CHECK(lp_act(c, 0, dout, (size_t)n * out_f, &dy));
+    TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, in_f, 0, 1));
     TFB_CHECK(c->be->sync(c->be->ctx));
     tfb_comm_request *req = NULL;
     double t0 = tfb_clock_s();
     TFB_CHECK(c->tp->iallreduce(c->tp, din, (size_t)n * in_f, TFB_COMM_F32, TFB_SUM, &req));
     c->wl->tp_comm_s += tfb_clock_s() - t0;
-    TFB_CHECK(bert_linear_bwd(c, NULL, dw, db, dout, in, w, n, in_f, out_f));
+    TFB_CHECK(linear_bwd_weight(c, dw, db, dy, dout, in, n, in_f, out_f));
     t0 = tfb_clock_s();
     TFB_CHECK(c->tp->wait(c->tp, req));
     c->wl->tp_comm_s += tfb_clock_s() - t0;

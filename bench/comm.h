@@ -46,8 +46,6 @@ struct tfb_comm {
 /* comm_mpi.c: MPI_Init (idempotent), the world communicator, and MPI_Finalize. */
 tfb_status tfb_comm_mpi_world(int *argc, char ***argv, tfb_comm **out);
 void tfb_comm_mpi_finalize(void);
-/* Ranks of this job that share this node, and this rank's index among them. */
-void tfb_comm_mpi_local(int *local_rank, int *local_size);
 /* This rank's node (0 .. nodes - 1, numbered in rank order) and its place on it. Collective over the world.
  * TFB_TEST_NODES=K (a test hook) makes the job look like K machines of consecutive ranks. */
 void tfb_comm_mpi_node(int *node, int *nodes, int *local_rank, int *local_size);

@@ -206,11 +206,6 @@ void tfb_comm_mpi_node(int *node, int *nodes, int *local_rank, int *local_size) 
     MPI_Comm_free(&shared);
 }
 
-void tfb_comm_mpi_local(int *local_rank, int *local_size) {
-    int node, nodes;
-    tfb_comm_mpi_node(&node, &nodes, local_rank, local_size);
-}
-
 const char *tfb_comm_mpi_library(void) {
     static char lib[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;

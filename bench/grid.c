@@ -1,5 +1,4 @@
 /* grid.c — see grid.h. */
-#include <stdio.h>
 #include <string.h>
 #include "grid.h"
 
@@ -30,8 +29,4 @@ void tfb_grid_destroy(tfb_grid *l) {
     tfb_comm **c[] = {&l->job, &l->dp_comm, &l->tp_comm, &l->pp_comm};
     for (int i = 0; i < 4; i++)
         if (*c[i]) { (*c[i])->destroy(*c[i]); *c[i] = NULL; }
-}
-
-void tfb_grid_describe(const tfb_grid *l, char *buf, size_t len) {
-    snprintf(buf, len, "data %d x tensor %d x pipeline %d", l->dp, l->tp, l->pp);
 }

@@ -23,7 +23,5 @@ typedef struct {
 /* Collective over `parent`. Returns TFB_ERR_ARG when dp * tp * pp exceeds the parent's size. */
 tfb_status tfb_grid_create(tfb_comm *parent, int dp, int tp, int pp, tfb_grid *out);
 void tfb_grid_destroy(tfb_grid *l);
-/* "data 2 x tensor 1 x pipeline 2"-style text. */
-void tfb_grid_describe(const tfb_grid *l, char *buf, size_t len);
 
 #endif

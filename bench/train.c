@@ -69,7 +69,7 @@ static tfb_status create_workload(train_ctx *t, const double *unit_costs) {
     const tfb_options *o = t->env->o;
     const tfb_strategy *s = t->s;
     int replica = s->global_batch / s->dp;
-    tfb_workload_config wc = {.local_batch = replica / s->microbatches, .microbatches = s->microbatches,
+    tfb_workload_config wc = {.local_batch = replica / s->microbatches,
                               .global_batch = s->global_batch, .sample0 = replica * t->lay.dp_rank,
                               .seq_len = o->seq_len, .masked = o->masked, .gemm_type = o->gemm_type,
                               .dropout = (float)o->dropout, .seed = (uint64_t)o->seed,

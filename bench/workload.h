@@ -40,7 +40,6 @@ typedef enum { TFB_OPT_ADAMW = 0, TFB_OPT_SGD = 1 } tfb_optimizer_kind;
 
 typedef struct {
     int local_batch;         /* samples in one micro-batch on this rank */
-    int microbatches;        /* micro-batches per step (>= 1) */
     int global_batch;        /* samples across the data-parallel group per step */
     int sample0;             /* global index of this replica's first sample within a step */
     int seq_len, masked;     /* BERT: sequence length and masked predictions per sequence */
