@@ -620,13 +620,7 @@ static tfb_status bind_params(bert_model *m) {
     layout(&lg, &m->cfg, &m->st, &m->g);
     m->wl.params = table;
     m->wl.n_params = lw.count;
-    if (m->st.last && !m->st.first) {
-        m->wl.tied_offset = (size_t)(m->w.word_emb - m->wl.param_pool);
-        m->wl.tied_numel = (size_t)m->st.Vl * m->cfg.hidden;
-    } else if (m->st.first && !m->st.last) {
-        m->wl.tied_offset = 0;
-        m->wl.tied_numel = (size_t)m->st.Vl * m->cfg.hidden;
-    }
+    if (m->st.last && !m->st.first) m->wl.tied_offset = (size_t)(m->w.word_emb - m->wl.param_pool);
     return TFB_OK;
 }
 
@@ -647,6 +641,7 @@ static void fill_workload(bert_model *m) {
                              "only; bidirectional attention (s^2 term not halved)";
     snprintf(m->wl.shape, sizeof m->wl.shape, "seq %d, %d masked", m->wc.seq_len, m->wc.masked);
     describe_stage(m);
+    m->wl.layers_held = m->st.l1 - m->st.l0;
     m->wl.model_params = bert_param_count(&m->cfg);
     m->wl.optimizer = TFB_OPT_ADAMW;
     m->wl.default_lr = 1e-4f;
@@ -665,18 +660,32 @@ static void fill_workload(bert_model *m) {
     m->wl.destroy = bert_destroy;
 }
 
-static tfb_status plan_all(bert_model *m) {
+static void plan_pools(bert_model *m) {
     layout_cursor count = {0};
     layout(&count, &m->cfg, &m->st, &m->w);
     m->wl.numel = count.offset;
+    /* the word embedding on the first stage and its decoder copy on the last exchange gradients */
+    if (m->st.first != m->st.last) m->wl.tied_numel = (size_t)m->st.Vl * m->cfg.hidden;
     tfb_mempool_add(&m->pools[0], (void **)&m->wl.param_pool, m->wl.numel * 4);
+    m->wl.mem.params = m->pools[0].bytes;
     tfb_mempool_add(&m->pools[0], (void **)&m->wl.grad_pool, m->wl.numel * 4);
+    m->wl.mem.grads = m->pools[0].bytes - m->wl.mem.params;
     plan_lowp(&m->pools[1], m);
     plan_shared(&m->pools[1], m);
     size_t before = m->pools[1].bytes;
     for (int i = 0; i < m->wc.slots; i++) plan_slot(&m->pools[1], m, &m->slot[i]);
     m->wl.slot_bytes = (m->pools[1].bytes - before) / (size_t)m->wc.slots;
+    m->wl.mem.activations = m->pools[1].bytes - before;
+    m->wl.mem.lowp = m->wc.gemm_type == TFB_F32 ? 0 : (m->wl.numel * 2 + 63) & ~(size_t)63;
+    m->wl.mem.workspace = before - m->wl.mem.lowp;
     for (int i = 0; i < m->wc.slots; i++) plan_batch(&m->pools[2], &m->dev[i], m->N, m->M, m->B);
+    m->wl.mem.inputs = m->pools[2].bytes;
+    m->wl.bytes_planned = m->pools[0].bytes + m->pools[1].bytes + m->pools[2].bytes;
+}
+
+static tfb_status plan_all(bert_model *m) {
+    plan_pools(m);
+    if (m->wc.plan_only) return TFB_OK;
     for (int i = 0; i < 3; i++) TFB_CHECK(tfb_mempool_commit(&m->pools[i], m->be, i == 2));
     for (int i = 0; i < m->wc.slots; i++) {
         int **dev[] = {&m->dev[i].ids, &m->dev[i].types, &m->dev[i].pos, &m->dev[i].mlm_rows,
@@ -685,7 +694,6 @@ static tfb_status plan_all(bert_model *m) {
                         &m->host[i].mlm_labels, &m->host[i].cls_rows, &m->host[i].nsp_labels};
         for (int k = 0; k < 7; k++) *host[k] = tfb_mempool_mirror(&m->pools[2], *dev[k]);
     }
-    m->wl.bytes_planned = m->pools[0].bytes + m->pools[1].bytes + m->pools[2].bytes;
     return TFB_OK;
 }
 
@@ -756,6 +764,12 @@ tfb_status bert_create(const bert_config *c, const tfb_workload_config *wc, tfb_
     if (st == TFB_OK) st = alloc_host_state(m);
     init_ctx(m);
     if (st == TFB_OK) st = plan_all(m);
+    if (m->wc.plan_only) {
+        fill_workload(m);
+        if (st != TFB_OK) { bert_destroy(m); return st; }
+        *out = &m->wl;
+        return TFB_OK;
+    }
     if (st == TFB_OK) st = bind_params(m);
     m->ctx.master_base = m->wl.param_pool;
     if (st == TFB_OK) st = tfb_workload_init_params(&m->wl, be, init_tensor, &m->wc.seed);

@@ -877,6 +877,8 @@ static void fill_workload(resnet_model *m) {
     snprintf(m->wl.shape, sizeof m->wl.shape, "image %dx%d, %d classes, %s batch norm", m->image, m->image,
              m->cfg.classes, m->wc.sync_bn ? "synchronised" : "per-rank");
     describe_stage(m);
+    m->wl.layers_held = 0;
+    for (int b = 0; b < m->n_blocks; b++) m->wl.layers_held += has_block(m, b);
     m->wl.model_params = resnet_param_count(&m->cfg);
     m->wl.optimizer = TFB_OPT_SGD;
     m->wl.default_lr = 0.1f;
@@ -897,16 +899,27 @@ static void fill_workload(resnet_model *m) {
     m->wl.destroy = resnet_destroy;
 }
 
-static tfb_status plan_all(resnet_model *m) {
+static void plan_pools(resnet_model *m) {
     tfb_mempool_add(&m->pools[0], (void **)&m->wl.param_pool, m->wl.numel * 4);
+    m->wl.mem.params = m->pools[0].bytes;
     tfb_mempool_add(&m->pools[0], (void **)&m->wl.grad_pool, m->wl.numel * 4);
+    m->wl.mem.grads = m->pools[0].bytes - m->wl.mem.params;
     if (m->wc.gemm_type != TFB_F32) tfb_mempool_add(&m->pools[0], (void **)&m->wl.lowp_pool, m->wl.numel * 2);
+    m->wl.mem.lowp = m->pools[0].bytes - m->wl.mem.params - m->wl.mem.grads;
     size_t before = m->pools[1].bytes;
     for (int s = 0; s < m->wc.slots; s++) plan_net(m, &m->net[s]);
     m->wl.slot_bytes = (m->pools[1].bytes - before) / (size_t)m->wc.slots;
+    m->wl.mem.activations = m->pools[1].bytes - before;
     plan_shared(m);
-    for (int i = 0; i < 4; i++) TFB_CHECK(tfb_mempool_commit(&m->pools[i], m->be, i == 3));
+    m->wl.mem.workspace = m->pools[1].bytes - m->wl.mem.activations + m->pools[2].bytes;
+    m->wl.mem.inputs = m->pools[3].bytes;
     m->wl.bytes_planned = m->pools[0].bytes + m->pools[1].bytes + m->pools[2].bytes + m->pools[3].bytes;
+}
+
+static tfb_status plan_all(resnet_model *m) {
+    plan_pools(m);
+    if (m->wc.plan_only) return TFB_OK;
+    for (int i = 0; i < 4; i++) TFB_CHECK(tfb_mempool_commit(&m->pools[i], m->be, i == 3));
     m->host_stats = malloc(4 * (m->max_k + 1) * sizeof(float));
     TFB_CHECK_ALLOC(m->host_stats);
     return TFB_OK;
@@ -976,6 +989,10 @@ tfb_status resnet_create(const resnet_config *c, const tfb_workload_config *wc, 
     if (st == TFB_OK) st = build_layout(m);
     if (st == TFB_OK) st = plan_all(m);
     fill_workload(m);
+    if (st == TFB_OK && m->wc.plan_only) {
+        *out = &m->wl;
+        return TFB_OK;
+    }
     if (st == TFB_OK) {
         bind_all(m);
         st = tfb_workload_init_params(&m->wl, be, init_tensor, m);

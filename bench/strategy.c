@@ -1,5 +1,6 @@
 /* strategy.c — see strategy.h. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "strategy.h"
 #include "bert.h"
@@ -97,4 +98,24 @@ int tfb_strategy_list(const tfb_options *o, int world, tfb_strategy *out, int ma
         out[0] = make(o, "data", world, 1, 1);
     }
     return 1;
+}
+
+tfb_workload_config tfb_strategy_workload_config(const tfb_options *o, const tfb_strategy *s, int dp_rank,
+                                                 int pp_rank, int slots) {
+    int replica = s->global_batch / s->dp;
+    return (tfb_workload_config){.local_batch = replica / s->microbatches, .global_batch = s->global_batch,
+                                 .sample0 = replica * dp_rank, .seq_len = o->seq_len, .masked = o->masked,
+                                 .gemm_type = o->gemm_type, .dropout = (float)o->dropout, .seed = (uint64_t)o->seed,
+                                 .fixed_batch = o->fixed_batch, .image_size = o->image_size,
+                                 .sync_bn = o->sync_bn, .dp_size = s->dp, .pp_size = s->pp, .pp_rank = pp_rank,
+                                 .slots = slots};
+}
+
+int tfb_strategy_slots(const tfb_strategy *s, int pp_rank) {
+    tfb_op *ops = calloc((size_t)8 * s->microbatches + 8, sizeof *ops);
+    if (!ops) return -1;
+    int n = tfb_schedule_build(s->schedule, s->pp, pp_rank, s->microbatches, ops);
+    int slots = tfb_schedule_in_flight(ops, n);
+    free(ops);
+    return slots;
 }

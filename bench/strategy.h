@@ -7,6 +7,7 @@
 #define TFB_STRATEGY_H
 #include "options.h"
 #include "schedule.h"
+#include "workload.h"
 
 typedef struct {
     const char *name;            /* "single", "data", "tensor", "pipeline", "hybrid" */
@@ -23,5 +24,11 @@ enum { TFB_MAX_STRATEGIES = 64 };
 int tfb_strategy_list(const tfb_options *o, int world, tfb_strategy *out, int max);
 /* Fills s->skip when the layout does not fit the model; returns 1 when it fits. */
 int tfb_strategy_fits(const tfb_options *o, tfb_strategy *s);
+/* The workload configuration of the rank at (dp_rank, pp_rank) holding `slots` activation sets: everything the
+ * options and the layout decide (no communicators, costs or hooks: the caller adds those). */
+tfb_workload_config tfb_strategy_workload_config(const tfb_options *o, const tfb_strategy *s, int dp_rank,
+                                                 int pp_rank, int slots);
+/* Activation sets stage pp_rank holds at once under the layout's schedule. */
+int tfb_strategy_slots(const tfb_strategy *s, int pp_rank);
 
 #endif

@@ -39,6 +39,7 @@ typedef struct {
     double *step_dt, *step_end_unix;
     double tp_bytes;                  /* last step's tensor-group bus bytes */
     int calibrating;                  /* --balance time: untimed steps measuring each unit, no test hooks */
+    size_t mem_base;                  /* backend bytes held before the workload was built */
 } train_ctx;
 
 enum { CALIBRATION_STEPS = 3, MAX_UNITS = 256 };
@@ -67,16 +68,12 @@ static tfb_status build_schedule(train_ctx *t) {
 
 static tfb_status create_workload(train_ctx *t, const double *unit_costs) {
     const tfb_options *o = t->env->o;
-    const tfb_strategy *s = t->s;
-    int replica = s->global_batch / s->dp;
-    tfb_workload_config wc = {.local_batch = replica / s->microbatches,
-                              .global_batch = s->global_batch, .sample0 = replica * t->lay.dp_rank,
-                              .seq_len = o->seq_len, .masked = o->masked, .gemm_type = o->gemm_type,
-                              .dropout = (float)o->dropout, .seed = (uint64_t)o->seed,
-                              .fixed_batch = o->fixed_batch, .image_size = o->image_size, .sync_bn = o->sync_bn,
-                              .dp_size = s->dp, .group_sum = group_sum, .group_sum_ctx = t->lay.dp_comm,
-                              .tp = t->lay.tp_comm, .pp_size = s->pp, .pp_rank = t->lay.pp_rank,
-                              .slots = t->slots, .unit_costs = unit_costs, .time_units = t->calibrating};
+    tfb_workload_config wc = tfb_strategy_workload_config(o, t->s, t->lay.dp_rank, t->lay.pp_rank, t->slots);
+    wc.group_sum = group_sum;
+    wc.group_sum_ctx = t->lay.dp_comm;
+    wc.tp = t->lay.tp_comm;
+    wc.unit_costs = unit_costs;
+    wc.time_units = t->calibrating;
     if (o->resnet) return resnet_create(resnet_config_find(o->model), &wc, t->env->be, &t->wl);
     return bert_create(bert_config_find(o->model), &wc, t->env->be, &t->wl);
 }
@@ -84,6 +81,7 @@ static tfb_status create_workload(train_ctx *t, const double *unit_costs) {
 static tfb_status setup_workload(train_ctx *t, const double *unit_costs) {
     tfb_options *o = t->env->o;
     tfb_backend *be = t->env->be;
+    be->mem_stats(be->ctx, &t->mem_base, NULL, 1);
     TFB_CHECK(create_workload(t, unit_costs));
     if (o->lr == 0) o->lr = t->wl->default_lr;
     TFB_CHECK(t->lay.dp_comm->bcast(t->lay.dp_comm, t->wl->param_pool, t->wl->numel, TFB_COMM_F32, 0));
@@ -503,11 +501,14 @@ static tfb_status reduce_figures(train_ctx *t, size_t n) {
     coll = tfb_percentile(c, n, 50);
     free(c);
     double D = t->s->dp, bytes = t->tp_bytes + (D > 1 ? 2.0 * (D - 1) / D * (double)t->wl->numel * 4 : 0);
-    double mx[3] = {coll, bytes, mem};
-    TFB_CHECK(w->allreduce(w, mx, 3, TFB_COMM_F64, TFB_MAX));
+    size_t peak;
+    t->env->be->mem_stats(t->env->be->ctx, NULL, &peak, 0);
+    double mx[4] = {coll, bytes, mem, (double)(peak - t->mem_base)};
+    TFB_CHECK(w->allreduce(w, mx, 4, TFB_COMM_F64, TFB_MAX));
     rec->coll_time_s = mx[0];
     rec->bus_bytes_per_step = mx[1];
     rec->memory_bytes = (size_t)mx[2];
+    rec->memory_peak_bytes = (size_t)mx[3];
     rec->bubble_predicted = tfb_schedule_bubble(t->s->pp, t->s->microbatches);
     return TFB_OK;
 }

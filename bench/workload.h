@@ -38,6 +38,17 @@ typedef tfb_status (*tfb_group_sum_fn)(void *ctx, float *host, int n);
 
 typedef enum { TFB_OPT_ADAMW = 0, TFB_OPT_SGD = 1 } tfb_optimizer_kind;
 
+/* A workload's planned memory by purpose, in bytes as allocated (64-byte aligned). The driver adds the optimizer
+ * state and its own buffers (estimate.c adds them the same way). */
+typedef struct {
+    size_t params;       /* FP32 master weights */
+    size_t grads;        /* FP32 gradients */
+    size_t lowp;         /* 16-bit copies of the weights (FP16/BF16) */
+    size_t activations;  /* tensors saved for backward, every activation set (slot) of the stage */
+    size_t workspace;    /* backward temporaries, 16-bit cast buffers, running statistics */
+    size_t inputs;       /* the batches of every slot */
+} tfb_mem_plan;
+
 typedef struct {
     int local_batch;         /* samples in one micro-batch on this rank */
     int global_batch;        /* samples across the data-parallel group per step */
@@ -57,6 +68,7 @@ typedef struct {
     int slots;               /* activation sets to plan: micro-batches this stage holds at once */
     const double *unit_costs;/* [units] cost of each unit for the pipeline partition; NULL: forward FLOPs */
     int time_units;          /* measure each unit's forward + backward time into tfb_workload.unit_s */
+    int plan_only;           /* plan the pools and fill tfb_workload.mem; allocate and initialise nothing */
 } tfb_workload_config;
 
 typedef struct tfb_workload tfb_workload;
@@ -72,7 +84,9 @@ struct tfb_workload {
     float *grad_pool;              /* (numel) FP32 gradients, backend memory; accumulate over micro-batches */
     tfb_dtype gemm_type;           /* GEMM input type */
     uint16_t *lowp_pool;           /* (numel) 16-bit copies of the masters for FP16/BF16 GEMMs; NULL in FP32 */
-    size_t bytes_planned;          /* every pool this workload allocated */
+    size_t bytes_planned;          /* every pool this workload allocated (or, plan_only, would allocate) */
+    tfb_mem_plan mem;              /* the same bytes by purpose */
+    int layers_held;               /* transformer layers or residual blocks this stage holds */
     size_t slot_bytes;             /* activation memory of one micro-batch in flight */
     double flops_per_sample;       /* training FLOPs per sample of the whole model, convention below */
     const char *flops_convention;

@@ -74,6 +74,8 @@ struct tfb_backend {
     /* memory */
     void *(*alloc)(void *ctx, size_t bytes);            /* zero-filled; NULL on failure */
     void (*free)(void *ctx, void *p);
+    /* bytes held through alloc() now and the most held at once since the last reset (a reset sets it to now) */
+    void (*mem_stats)(void *ctx, size_t *in_use, size_t *peak, int reset_peak);
     tfb_status (*copy_h2d)(void *ctx, void *dst, const void *src, size_t bytes);
     tfb_status (*copy_d2h)(void *ctx, void *dst, const void *src, size_t bytes);
     tfb_status (*copy_d2d)(void *ctx, void *dst, const void *src, size_t bytes);

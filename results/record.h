@@ -41,6 +41,7 @@ typedef struct {
     double peak_tflops;          /* sum over ranks */
     const char *peak_source;     /* "measured: ..." or "given with --peak-tflops" */
     size_t memory_bytes;         /* planned pools, the largest of any rank */
+    size_t memory_peak_bytes;    /* the backend allocator's high-water mark during the configuration, largest rank */
     int n_buckets;
     /* pipeline stages (index = stage) */
     char stage_desc[TFB_MAX_STAGES][96];

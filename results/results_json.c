@@ -96,6 +96,7 @@ static cJSON *config_json(const tfb_run_record *r) {
     cJSON_AddNumberToObject(c, "seed", (double)r->seed);
     cJSON_AddNumberToObject(c, "parameters", (double)r->params);
     cJSON_AddNumberToObject(c, "memory_planned_bytes_per_rank", (double)r->memory_bytes);
+    cJSON_AddNumberToObject(c, "memory_peak_bytes_per_rank", (double)r->memory_peak_bytes);
     return c;
 }
 

@@ -608,6 +608,42 @@ def test_links():
     check("links_bad_size_exit2", p.returncode == 2 and p.stderr.startswith("tfbench links: -b:"), p.stderr)
 
 
+def estimate(args):
+    return subprocess.run([BIN, "estimate"] + args, env=ENV, capture_output=True, text=True, timeout=120)
+
+
+def test_estimate():
+    """tfbench estimate (plan-only workloads) against the allocator's measured peak of real runs, within 5%."""
+    cases = [(["--model", "bert-tiny", "--seq-len", "16", "--batch", "4"], 2),
+             (["--model", "resnet-tiny", "--batch", "4"], 2),
+             (["--model", "bert-tiny", "--seq-len", "16", "--batch", "8", "--dp", "1", "--tp", "2", "--pp", "2",
+               "--schedule", "gpipe", "--microbatches", "4"], 4)]
+    for args, ranks in cases:
+        for prec in ("fp32", "fp16", "bf16"):
+            a = args + ["--precision", prec, "--steps", "2", "--warmup", "0", "--peak-tflops", "1"]
+            tag = f"{args[1]}_{prec}_{ranks}ranks" + ("_hybrid" if "--tp" in args else "")
+            p, r = tfbench(a, ranks, "est_" + tag)
+            confs = [c for c in (r or {}).get("configurations", [r] if r and "config" in r else []) if "config" in c]
+            measured = [(c["config"]["strategy"], c["config"]["memory_peak_bytes_per_rank"]) for c in confs]
+            e = estimate(a + ["--format", "csv"] + ([] if "--tp" in args else ["--ranks", str(ranks)]))
+            rows = [l.split(",") for l in e.stdout.strip().splitlines()[1:]]
+            predicted = [(row[0], int(row[-1])) for row in rows]
+            ok = p.returncode == 0 and e.returncode == 0 and len(measured) == len(predicted) > 0 and all(
+                m[0] == q[0] and m[1] > 0 and abs(q[1] - m[1]) <= 0.05 * m[1] for m, q in zip(measured, predicted))
+            check(f"estimate_matches_measured_peak_{tag}", ok, f"measured {measured} predicted {predicted} {e.stderr[-200:]} {p.stderr[-200:]}")
+    e = estimate(["--model", "bert-large", "--batch", "32", "--precision", "fp16"])
+    check("estimate_bert_large_rules_of_thumb", e.returncode == 0 and "tfbench 18.0 bytes/parameter" in e.stdout and
+          "16 bytes/parameter" in e.stdout and "16-bit with masks) 4224.0 MiB" in e.stdout and "H200 SXM" in e.stdout, e.stdout[-800:] + e.stderr)
+    e = estimate(["--model", "bert-base", "--precision", "bf16", "--gpu", "Tesla V100-SXM2-32GB"])
+    check("estimate_warns_bf16_on_volta", e.returncode == 0 and "V100 SXM2 32GB: Volta" in e.stdout and "no BF16 tensor cores" in e.stdout,
+          e.stdout[-500:] + e.stderr)
+    for bad, word in ((["--gpu", "Voodoo 5"], "--gpu"), (["--ranks", "0"], "--ranks"), (["--model", "gpt9"], "--model"),
+                      (["--dp", "2", "--ranks", "4"], "--ranks"), (["--reserve", "-1"], "--reserve")):
+        e = estimate(bad)
+        check(f"estimate_bad_input_{word}_{bad[1]}", e.returncode == 2 and word in e.stderr and len(e.stderr.strip().splitlines()) == 1
+              and e.stdout == "", f"rc {e.returncode} {e.stderr}")
+
+
 def test_comparison_run():
     out = os.path.join(TMP, "compare4.json")
     cmd = ["mpirun", "-np", "4", BIN, "--model", "resnet-tiny", "--batch", "4", "--steps", "3", "--warmup", "1",
@@ -628,7 +664,7 @@ def test_comparison_run():
           and len(lines) == 8 and len(skipped) == 1 and "heads" in skipped[0]["skipped"], f"{lines[:3]} {skipped}")
 
 
-for t in (test_bad_input, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
+for t in (test_bad_input, test_estimate, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
     t()
 if failures:
     print(f"test files kept in {TMP}")

@@ -4,6 +4,7 @@
  * SGEMM: 16-bit storage, FP32 arithmetic and accumulation, the numerics of tensor cores. Batched GEMMs run one
  * SGEMM per matrix with all threads on each. The training ops live in cpu_ops.c.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cblas.h>
@@ -14,7 +15,10 @@
 typedef struct {
     float *scratch[TFB_CPU_SLOTS];   /* FP32 work buffers that grow to the largest request */
     size_t floats[TFB_CPU_SLOTS];
+    size_t in_use, peak;             /* bytes held through alloc(), and the most held at once since the reset */
 } cpu_ctx;
+
+enum { HEADER = 64 };                /* each block starts with its size, keeping the 64-byte alignment */
 
 float *tfb_cpu_scratch(void *ctx, int slot, size_t n) {
     cpu_ctx *c = ctx;
@@ -27,15 +31,32 @@ float *tfb_cpu_scratch(void *ctx, int slot, size_t n) {
 }
 
 static void *cpu_alloc(void *ctx, size_t bytes) {
-    (void)ctx;
+    cpu_ctx *c = ctx;
     void *p = NULL;
     size_t rounded = (bytes + 63) & ~(size_t)63;
-    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) return NULL;
-    memset(p, 0, rounded);
-    return p;
+    if (rounded == 0) rounded = 64;
+    if (rounded > SIZE_MAX - HEADER || posix_memalign(&p, 64, rounded + HEADER) != 0) return NULL;
+    memset(p, 0, rounded + HEADER);
+    *(size_t *)p = rounded;
+    c->in_use += rounded;
+    if (c->in_use > c->peak) c->peak = c->in_use;
+    return (char *)p + HEADER;
 }
 
-static void cpu_free(void *ctx, void *p) { (void)ctx; free(p); }
+static void cpu_free(void *ctx, void *p) {
+    cpu_ctx *c = ctx;
+    if (!p) return;
+    char *block = (char *)p - HEADER;
+    c->in_use -= *(size_t *)block;
+    free(block);
+}
+
+static void cpu_mem_stats(void *ctx, size_t *in_use, size_t *peak, int reset_peak) {
+    cpu_ctx *c = ctx;
+    if (reset_peak) c->peak = c->in_use;
+    if (in_use) *in_use = c->in_use;
+    if (peak) *peak = c->peak;
+}
 
 static tfb_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
     (void)ctx;
@@ -109,6 +130,7 @@ tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out) {
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
     *be = (tfb_backend){.name = "cpu", .ctx = c, .threads = threads, .alloc = cpu_alloc, .free = cpu_free,
+                        .mem_stats = cpu_mem_stats,
                         .copy_h2d = cpu_copy, .copy_d2h = cpu_copy, .copy_d2d = cpu_copy, .fill = cpu_fill,
                         .sync = cpu_sync, .gemm = cpu_gemm, .destroy = cpu_destroy};
     tfb_cpu_ops_install(be);

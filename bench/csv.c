@@ -1,0 +1,82 @@
+/* csv.c — see csv.h. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "csv.h"
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+    return s;
+}
+
+int tfb_csv_split(char *line, char **fields, int max) {
+    int n = 0;
+    for (char *p = line;; n++) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        if (n < max) fields[n] = trim(p);
+        if (!comma) return n + 1 > max ? max + 1 : n + 1;
+        p = comma + 1;
+    }
+}
+
+tfb_status tfb_csv_number(const char *field, double empty, double lo, double hi, double *out) {
+    if (!field[0]) { *out = empty; return TFB_OK; }
+    char *end;
+    errno = 0;
+    double v = strtod(field, &end);
+    if (errno || *end || !isfinite(v) || v < lo || v > hi) return TFB_ERR_ARG;
+    *out = v;
+    return TFB_OK;
+}
+
+static tfb_status read_line(FILE *f, char *buf, int *line, int *eof) {
+    *eof = !fgets(buf, TFB_CSV_MAX_LINE, f);
+    if (*eof) return ferror(f) ? TFB_ERR_IO : TFB_OK;
+    ++*line;
+    size_t n = strlen(buf);
+    if (n == TFB_CSV_MAX_LINE - 1 && buf[n - 1] != '\n' && !feof(f)) return TFB_ERR_ARG;
+    return TFB_OK;
+}
+
+static tfb_status read_rows(FILE *f, const char *path, const char *header, tfb_csv_row_fn row, void *ctx,
+                            char *err, size_t n) {
+    char buf[TFB_CSV_MAX_LINE], *fields[TFB_CSV_MAX_FIELDS];
+    int line = 0, eof = 0, seen_header = 0;
+    for (;;) {
+        tfb_status st = read_line(f, buf, &line, &eof);
+        if (st != TFB_OK) {
+            snprintf(err, n, "%s:%d: %s", path, line + 1, st == TFB_ERR_IO ? "cannot be read" : "line too long");
+            return st;
+        }
+        if (eof) break;
+        char *s = trim(buf);
+        if (!s[0] || s[0] == '#') continue;
+        if (!seen_header) {
+            if (strcmp(s, header) != 0) {
+                snprintf(err, n, "%s:%d: expected the header '%s'", path, line, header);
+                return TFB_ERR_ARG;
+            }
+            seen_header = 1;
+            continue;
+        }
+        int k = tfb_csv_split(s, fields, TFB_CSV_MAX_FIELDS);
+        TFB_TRY(row(ctx, fields, k, line, err, n));
+    }
+    if (!seen_header) { snprintf(err, n, "%s: empty (no header '%s')", path, header); return TFB_ERR_ARG; }
+    return TFB_OK;
+}
+
+tfb_status tfb_csv_read(const char *path, const char *header, tfb_csv_row_fn row, void *ctx, char *err,
+                        size_t n) {
+    FILE *f = fopen(path, "r");
+    if (!f) { snprintf(err, n, "%s: cannot open: %s", path, strerror(errno)); return TFB_ERR_IO; }
+    tfb_status st = read_rows(f, path, header, row, ctx, err, n);
+    fclose(f);
+    return st;
+}
