@@ -17,6 +17,7 @@
 #include <string.h>
 #include "bert.h"
 #include "bert_layer.h"
+#include "clock.h"
 #include "mempool.h"
 #include "npy.h"
 #include "../kernels/philox.h"
@@ -223,6 +224,7 @@ typedef struct {
     float *dm1, *dm2;             /* (M, H) MLM head gradients */
     float *db1, *db2;             /* (B, H) NSP head gradients */
     bert_layer_scratch s;
+    bert_layer_acts rc;           /* checkpointing: one layer's activations, rebuilt in forward and in backward */
     bert_batch *dev, *host;       /* [wc.slots] the batch in backend memory, and its host copy */
     tfb_mempool pools[3];         /* parameters+gradients, activations, batches */
     int *perm;                    /* (seq_len) host work space for choosing masked positions */
@@ -259,7 +261,10 @@ static void plan_slot(tfb_mempool *p, bert_model *m, bert_slot *a) {
         float **n1[] = {&a->emb_mean, &a->emb_rstd};
         plan_n(p, n1, 2, N);
     }
-    for (int l = m->st.l0; l < m->st.l1; l++) plan_layer_acts(p, m, &a->layer[l]);
+    for (int l = m->st.l0; l < m->st.l1; l++) {
+        if (m->wc.checkpointing) tfb_mempool_add(p, (void **)&a->layer[l].y, N * H * 4); /* next layer's input */
+        else plan_layer_acts(p, m, &a->layer[l]);
+    }
     if (!m->st.last) return;
     float **mh[] = {&a->mlm_in, &a->mlm_pre, &a->mlm_act, &a->mlm_ln};
     plan_n(p, mh, 4, M * H);
@@ -288,6 +293,7 @@ static void plan_shared(tfb_mempool *p, bert_model *m) {
     tfb_mempool_add(p, (void **)&m->s.dqkv, N * 3 * W * 4);
     tfb_mempool_add(p, (void **)&m->s.datt, B * A * s * s * 4);
     tfb_mempool_add(p, (void **)&m->s.dff, N * (size_t)m->ctx.ffn * 4);
+    if (m->wc.checkpointing && m->st.l1 > m->st.l0) plan_layer_acts(p, m, &m->rc);
 }
 
 /* Low-precision copies: the 16-bit weight pool and three activation slots, only for FP16/BF16 runs. */
@@ -459,6 +465,14 @@ static float *stage_out(bert_model *m, bert_slot *a) {
     return m->st.l1 > m->st.l0 ? a->layer[m->st.l1 - 1].y : a->x0;
 }
 
+/* One layer's forward into its saved set; under checkpointing into the shared set, all but the output. */
+static tfb_status layer_fwd(bert_model *m, int l, const float *x, bert_layer_acts *saved) {
+    if (!m->wc.checkpointing) return bert_layer_fwd(&m->ctx, l, &m->w.layer[l], x, saved);
+    bert_layer_acts into = m->rc;
+    into.y = saved->y;
+    return bert_layer_fwd(&m->ctx, l, &m->w.layer[l], x, &into);
+}
+
 static tfb_status bert_forward(void *self, int step, int mb, int slot, double *loss) {
     bert_model *m = self;
     bert_slot *a = &m->slot[slot];
@@ -470,7 +484,7 @@ static tfb_status bert_forward(void *self, int step, int mb, int slot, double *l
     const float *x = m->st.first ? a->x0 : a->x_in;
     for (int l = m->st.l0; l < m->st.l1; l++) {
         t0 = tfb_workload_unit_start(&m->wl, m->be);
-        TFB_CHECK(bert_layer_fwd(&m->ctx, l, &m->w.layer[l], x, &a->layer[l]));
+        TFB_CHECK(layer_fwd(m, l, x, &a->layer[l]));
         TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 1 + l, t0));
         x = a->layer[l].y;
     }
@@ -543,7 +557,16 @@ static tfb_status bert_backward(void *self, int step, int mb, int slot, float lo
     for (int l = m->st.l1 - 1; l >= m->st.l0; l--) {
         const float *x = l > m->st.l0 ? a->layer[l - 1].y : m->st.first ? a->x0 : a->x_in;
         t0 = tfb_workload_unit_start(&m->wl, m->be);
-        TFB_CHECK(bert_layer_bwd(&m->ctx, l, &m->w.layer[l], &m->g.layer[l], x, &a->layer[l], &m->s, m->dy));
+        const bert_layer_acts *saved = &a->layer[l];
+        if (m->wc.checkpointing) { /* same weights, inputs and dropout keys: the forward's exact activations */
+            TFB_CHECK(m->be->sync(m->be->ctx));
+            double r0 = tfb_clock_s();
+            TFB_CHECK(bert_layer_fwd(&m->ctx, l, &m->w.layer[l], x, &m->rc));
+            TFB_CHECK(m->be->sync(m->be->ctx));
+            m->wl.recompute_s += tfb_clock_s() - r0;
+            saved = &m->rc;
+        }
+        TFB_CHECK(bert_layer_bwd(&m->ctx, l, &m->w.layer[l], &m->g.layer[l], x, saved, &m->s, m->dy));
         TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 1 + l, t0));
         TFB_CHECK(ready(rctx, offset_of(m, m->g.layer[l].qkv_w)));
     }
@@ -637,6 +660,7 @@ static void describe_stage(bert_model *m) {
 static void fill_workload(bert_model *m) {
     m->wl.self = m;
     m->wl.flops_per_sample = bert_train_flops(&m->cfg, m->wc.seq_len, m->wc.masked);
+    m->wl.recompute_flops_per_sample = m->wc.checkpointing ? m->cfg.layers * layer_flops(&m->cfg, m->wc.seq_len) : 0;
     m->wl.flops_convention = "training = 3 x forward; 1 multiply-add = 2 FLOPs; MLM logits on masked positions "
                              "only; bidirectional attention (s^2 term not halved)";
     snprintf(m->wl.shape, sizeof m->wl.shape, "seq %d, %d masked", m->wc.seq_len, m->wc.masked);

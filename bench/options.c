@@ -27,6 +27,7 @@ static const opt_spec OPTS[] = {
     {"--seq-len", OPT_INT, F(seq_len), "128", 8, 512, "sequence length, 8..512"},
     {"--image-size", OPT_INT0, F(image_size), "0", 0, 4096, "ResNet input height and width, >= 32 (0: 224, 32 for resnet-tiny)"},
     {"--sync-bn", OPT_FLAG, F(sync_bn), "0", 0, 0, "ResNet: batch-norm statistics over all data-parallel ranks"},
+    {"--checkpointing", OPT_FLAG, F(checkpointing), "0", 0, 0, "activation checkpointing: keep each transformer layer's (ResNet block's) input, recompute it in backward"},
     {"--masked", OPT_INT0, F(masked), "0", 0, 512, "masked predictions per sequence (0: 20 per 128 tokens)"},
     {"--steps", OPT_INT, F(steps), "50", 1, 1 << 30, "timed steps per trial"},
     {"--warmup", OPT_INT0, F(warmup), "10", 0, 1 << 30, "untimed warm-up steps"},

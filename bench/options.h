@@ -18,6 +18,7 @@ typedef struct {
     int batch, seq_len, masked, steps, warmup, trials;
     int resnet;              /* the model is a ResNet */
     int image_size, sync_bn;
+    int checkpointing;       /* recompute each layer (block) in backward from its saved input */
     char parallel[16];       /* compare (every strategy at every scale), data, tensor, pipeline */
     int dp, tp, pp;          /* an explicit hybrid layout (0: not given) */
     int microbatches;        /* 0: 4 on pipelines (fewer when the batch does not divide), else 1 */

@@ -55,6 +55,14 @@ void tfb_report_print(FILE *f, const tfb_run_record *r) {
     fprintf(f, "| %-26s | %15.3f | %-44s |\n", "achieved TFLOP/s", s.achieved_tflops, "throughput x FLOP per sample");
     fprintf(f, "| %-26s | %15.3f | %-44.44s |\n", "peak TFLOP/s (all ranks)", r->peak_tflops, r->peak_source);
     fprintf(f, "| %-26s | %14.1f%% | %-44s |\n", "MFU", isfinite(s.mfu) ? 100 * s.mfu : NAN, "achieved / peak");
+    if (r->checkpointing) {
+        fprintf(f, "| %-26s | %14.1f%% | %-44s |\n", "HFU", isfinite(s.hfu) ? 100 * s.hfu : NAN,
+                "recomputed forward FLOPs counted too");
+        fprintf(f, "| %-26s | %11.1f MiB | %-44s |\n", "checkpointing saves",
+                ((double)r->memory_without_checkpointing_bytes - (double)r->memory_bytes) / 1048576.0,
+                "planned memory without it minus with it");
+        ms_row(f, "recompute time", r->recompute_s_median, "median per step, max over ranks");
+    }
     fprintf(f, "| %-26s | %11.1f MiB | %-44s |\n", "memory per rank", r->memory_bytes / 1048576.0, "planned pools, largest rank");
     fprintf(f, "| %-26s | %15.4f | %-44s |\n", "final loss", r->loss[r->warmup + r->trials * r->steps - 1], "training loss, mean over replicas");
     fprintf(f, "| %-26s | %15s | %-44s |\n", "params identical", r->params_identical ? "yes" : "NO", "FP32 masters agree across replicas");

@@ -35,11 +35,12 @@ typedef struct {
     int *slot_of;                     /* [microbatches] activation set of each micro-batch, -1 when none */
     unsigned char *taken;             /* [slots] */
     float *tied_buf;                  /* (tied_numel) the other end's tied-embedding gradient */
-    double *local_step, *local_phase[TFB_N_PHASES], *local_loss, *local_tp;
+    double *local_step, *local_phase[TFB_N_PHASES], *local_loss, *local_tp, *local_recompute;
     double *step_dt, *step_end_unix;
     double tp_bytes;                  /* last step's tensor-group bus bytes */
     int calibrating;                  /* --balance time: untimed steps measuring each unit, no test hooks */
     size_t mem_base;                  /* backend bytes held before the workload was built */
+    size_t ckpt_saved;                /* --checkpointing: planned bytes it saves on this rank */
 } train_ctx;
 
 enum { CALIBRATION_STEPS = 3, MAX_UNITS = 256 };
@@ -66,23 +67,37 @@ static tfb_status build_schedule(train_ctx *t) {
     return TFB_OK;
 }
 
-static tfb_status create_workload(train_ctx *t, const double *unit_costs) {
+/* plan_only: a workload sized as the run's but without checkpointing, allocating nothing (the saving's baseline). */
+static tfb_status create_workload(train_ctx *t, const double *unit_costs, int plan_only, tfb_workload **out) {
     const tfb_options *o = t->env->o;
     tfb_workload_config wc = tfb_strategy_workload_config(o, t->s, t->lay.dp_rank, t->lay.pp_rank, t->slots);
     wc.group_sum = group_sum;
     wc.group_sum_ctx = t->lay.dp_comm;
     wc.tp = t->lay.tp_comm;
     wc.unit_costs = unit_costs;
-    wc.time_units = t->calibrating;
-    if (o->resnet) return resnet_create(resnet_config_find(o->model), &wc, t->env->be, &t->wl);
-    return bert_create(bert_config_find(o->model), &wc, t->env->be, &t->wl);
+    wc.time_units = t->calibrating && !plan_only;
+    wc.plan_only = plan_only;
+    if (plan_only) wc.checkpointing = 0;
+    if (o->resnet) return resnet_create(resnet_config_find(o->model), &wc, t->env->be, out);
+    return bert_create(bert_config_find(o->model), &wc, t->env->be, out);
+}
+
+static tfb_status plan_checkpointing_saving(train_ctx *t, const double *unit_costs) {
+    tfb_workload *full = NULL;
+    t->ckpt_saved = 0;
+    if (!t->env->o->checkpointing) return TFB_OK;
+    TFB_CHECK(create_workload(t, unit_costs, 1, &full));
+    if (full->bytes_planned > t->wl->bytes_planned) t->ckpt_saved = full->bytes_planned - t->wl->bytes_planned;
+    full->destroy(full->self);
+    return TFB_OK;
 }
 
 static tfb_status setup_workload(train_ctx *t, const double *unit_costs) {
     tfb_options *o = t->env->o;
     tfb_backend *be = t->env->be;
     be->mem_stats(be->ctx, &t->mem_base, NULL, 1);
-    TFB_CHECK(create_workload(t, unit_costs));
+    TFB_CHECK(create_workload(t, unit_costs, 0, &t->wl));
+    TFB_CHECK(plan_checkpointing_saving(t, unit_costs));
     if (o->lr == 0) o->lr = t->wl->default_lr;
     TFB_CHECK(t->lay.dp_comm->bcast(t->lay.dp_comm, t->wl->param_pool, t->wl->numel, TFB_COMM_F32, 0));
     TFB_CHECK(tfb_workload_refresh_lowp(t->wl, be));
@@ -282,7 +297,7 @@ static tfb_status train_step(train_ctx *t, int step, double ph[TFB_N_PHASES], do
     double loss_sum = 0;
     TFB_CHECK(inject_faults(t, step));
     memset(ph, 0, TFB_N_PHASES * sizeof *ph);
-    t->wl->tp_comm_s = t->wl->tp_bus_bytes = 0;
+    t->wl->tp_comm_s = t->wl->tp_bus_bytes = t->wl->recompute_s = 0;
     double t0 = tfb_clock_s();
     TFB_CHECK(be->fill(be->ctx, t->wl->grad_pool, 0.0f, t->wl->numel)); /* counted with the forward phase */
     TFB_CHECK(be->sync(be->ctx));
@@ -341,6 +356,7 @@ static void keep_step(train_ctx *t, int timed, const double *ph) {
     if (timed < 0) return;
     for (int p = 0; p < TFB_N_PHASES; p++) t->local_phase[p][timed] = ph[p];
     t->local_tp[timed] = t->wl->tp_comm_s;
+    t->local_recompute[timed] = t->wl->recompute_s;
 }
 
 static tfb_status run_steps(train_ctx *t) {
@@ -503,8 +519,11 @@ static tfb_status reduce_figures(train_ctx *t, size_t n) {
     double D = t->s->dp, bytes = t->tp_bytes + (D > 1 ? 2.0 * (D - 1) / D * (double)t->wl->numel * 4 : 0);
     size_t peak;
     t->env->be->mem_stats(t->env->be->ctx, NULL, &peak, 0);
-    double mx[4] = {coll, bytes, mem, (double)(peak - t->mem_base)};
-    TFB_CHECK(w->allreduce(w, mx, 4, TFB_COMM_F64, TFB_MAX));
+    double mx[6] = {coll, bytes, mem, (double)(peak - t->mem_base), mem + (double)t->ckpt_saved,
+                    tfb_percentile(t->local_recompute, n, 50)};
+    TFB_CHECK(w->allreduce(w, mx, 6, TFB_COMM_F64, TFB_MAX));
+    rec->memory_without_checkpointing_bytes = (size_t)mx[4];
+    rec->recompute_s_median = mx[5];
     rec->coll_time_s = mx[0];
     rec->bus_bytes_per_step = mx[1];
     rec->memory_bytes = (size_t)mx[2];
@@ -549,9 +568,10 @@ static tfb_status alloc_arrays(train_ctx *t) {
     tfb_run_record *rec = t->rec;
     size_t n = (size_t)o->trials * o->steps, nl = (size_t)o->warmup + n, R = (size_t)t->job->size;
     double **arrays[] = {&t->local_step, &rec->step_s, &t->local_loss, &rec->loss, &rec->window_s,
-                         &rec->rank_step_median_s, &t->local_tp, &t->step_dt, &t->step_end_unix};
-    size_t sizes[] = {n, n, nl, nl, (size_t)o->trials, R, n, nl, nl};
-    for (int i = 0; i < 9; i++) TFB_CHECK_ALLOC(*arrays[i] = calloc(sizes[i], sizeof(double)));
+                         &rec->rank_step_median_s, &t->local_tp, &t->step_dt, &t->step_end_unix,
+                         &t->local_recompute};
+    size_t sizes[] = {n, n, nl, nl, (size_t)o->trials, R, n, nl, nl, n};
+    for (int i = 0; i < 10; i++) TFB_CHECK_ALLOC(*arrays[i] = calloc(sizes[i], sizeof(double)));
     for (int p = 0; p < TFB_N_PHASES; p++) {
         TFB_CHECK_ALLOC(t->local_phase[p] = calloc(n, sizeof(double)));
         TFB_CHECK_ALLOC(rec->phase_s[p] = calloc(n, sizeof(double)));
@@ -612,6 +632,8 @@ static void fill_results(train_ctx *t) {
     c->sync_bn = t->env->o->sync_bn;
     c->params = t->wl->model_params;
     c->flops_per_sample = t->wl->flops_per_sample;
+    c->recompute_flops_per_sample = t->wl->recompute_flops_per_sample;
+    c->checkpointing = t->env->o->checkpointing;
     c->flops_convention = t->wl->flops_convention;
     c->loss_scaled = t->scaler.enabled;
     c->loss_scale_final = t->scaler.scale;
@@ -640,8 +662,9 @@ static void log_configuration(train_ctx *t) {
 
 static void teardown(train_ctx *t) {
     release_workload(t);
-    double **arrays[] = {&t->local_step, &t->local_loss, &t->local_tp, &t->step_dt, &t->step_end_unix};
-    for (int i = 0; i < 5; i++) free(*arrays[i]);
+    double **arrays[] = {&t->local_step, &t->local_loss, &t->local_tp, &t->step_dt, &t->step_end_unix,
+                         &t->local_recompute};
+    for (int i = 0; i < 6; i++) free(*arrays[i]);
     for (int p = 0; p < TFB_N_PHASES; p++) free(t->local_phase[p]);
     free(t->ops);
     free(t->slot_of);

@@ -69,6 +69,7 @@ typedef struct {
     const double *unit_costs;/* [units] cost of each unit for the pipeline partition; NULL: forward FLOPs */
     int time_units;          /* measure each unit's forward + backward time into tfb_workload.unit_s */
     int plan_only;           /* plan the pools and fill tfb_workload.mem; allocate and initialise nothing */
+    int checkpointing;       /* keep only each layer's (block's) input; recompute the layer in backward */
 } tfb_workload_config;
 
 typedef struct tfb_workload tfb_workload;
@@ -89,6 +90,7 @@ struct tfb_workload {
     int layers_held;               /* transformer layers or residual blocks this stage holds */
     size_t slot_bytes;             /* activation memory of one micro-batch in flight */
     double flops_per_sample;       /* training FLOPs per sample of the whole model, convention below */
+    double recompute_flops_per_sample; /* forward FLOPs run again in backward under checkpointing (whole model) */
     const char *flops_convention;
     char shape[96];                /* the input shape in words, for the table ("seq 128, 20 masked") */
     char stage_desc[96];           /* the units this stage holds, in words */
@@ -101,6 +103,7 @@ struct tfb_workload {
     int slots_in_use, slots_peak;  /* activation sets holding a micro-batch now, and the most at once */
     double tp_comm_s;              /* seconds spent in tensor-parallel collectives (the driver resets it) */
     double tp_bus_bytes;           /* their bus bytes (nccl-tests convention; the driver resets it) */
+    double recompute_s;            /* synchronised seconds recomputing under checkpointing (the driver resets it) */
     double *unit_s;                /* [n_units] synchronised seconds in each unit this stage holds (time_units) */
     int n_units;                   /* units of the whole model */
 

@@ -37,11 +37,15 @@ typedef struct {
     uint64_t seed;
     size_t params;
     double flops_per_sample;
+    double recompute_flops_per_sample; /* executed again under checkpointing (HFU counts it, MFU does not) */
+    int checkpointing;
     const char *flops_convention;
     double peak_tflops;          /* sum over ranks */
     const char *peak_source;     /* "measured: ..." or "given with --peak-tflops" */
     size_t memory_bytes;         /* planned pools, the largest of any rank */
     size_t memory_peak_bytes;    /* the backend allocator's high-water mark during the configuration, largest rank */
+    size_t memory_without_checkpointing_bytes; /* --checkpointing: the same plan without it, largest rank */
+    double recompute_s_median;   /* --checkpointing: median seconds per step recomputing, max over ranks */
     int n_buckets;
     /* pipeline stages (index = stage) */
     char stage_desc[TFB_MAX_STAGES][96];
@@ -77,6 +81,7 @@ typedef struct {
     double step_median, step_p5, step_p95, step_min, step_max;
     double phase_median[TFB_N_PHASES];
     double achieved_tflops, mfu;
+    double hfu;                  /* (model + recomputed FLOPs) / peak */
 } tfb_run_summary;
 
 tfb_run_summary tfb_record_summarize(const tfb_run_record *r);

@@ -84,6 +84,7 @@ static cJSON *config_json(const tfb_run_record *r) {
         cJSON_AddNumberToObject(c, "seq_len", r->seq_len);
         cJSON_AddNumberToObject(c, "masked_per_sequence", r->masked);
     }
+    cJSON_AddBoolToObject(c, "checkpointing", r->checkpointing);
     cJSON_AddNumberToObject(c, "warmup_steps", r->warmup);
     cJSON_AddNumberToObject(c, "timed_steps_per_trial", r->steps);
     cJSON_AddNumberToObject(c, "trials", r->trials);
@@ -97,6 +98,11 @@ static cJSON *config_json(const tfb_run_record *r) {
     cJSON_AddNumberToObject(c, "parameters", (double)r->params);
     cJSON_AddNumberToObject(c, "memory_planned_bytes_per_rank", (double)r->memory_bytes);
     cJSON_AddNumberToObject(c, "memory_peak_bytes_per_rank", (double)r->memory_peak_bytes);
+    if (r->checkpointing) {
+        cJSON_AddNumberToObject(c, "memory_planned_without_checkpointing_bytes_per_rank",
+                                (double)r->memory_without_checkpointing_bytes);
+        cJSON_AddNumberToObject(c, "recompute_s_per_step_median", r->recompute_s_median);
+    }
     return c;
 }
 
@@ -131,6 +137,8 @@ static cJSON *summary_json(const tfb_run_record *r, const tfb_run_summary *s) {
     cJSON_AddItemToObject(o, "peak_tflops_all_ranks", num_or_null(r->peak_tflops));
     cJSON_AddStringToObject(o, "peak_source", r->peak_source);
     cJSON_AddItemToObject(o, "mfu", num_or_null(s->mfu));
+    cJSON_AddNumberToObject(o, "recompute_flops_per_sample", r->recompute_flops_per_sample);
+    cJSON_AddItemToObject(o, "hfu", num_or_null(s->hfu));
     cJSON *sh = cJSON_CreateObject();
     cJSON_AddNumberToObject(sh, "compute", r->share_compute);
     cJSON_AddNumberToObject(sh, "exposed_communication", r->share_comm);

@@ -29,6 +29,9 @@ tfb_run_summary tfb_record_summarize(const tfb_run_record *r) {
     s.trial_tput_ci95 = tput ? tfb_ci95_halfwidth(tput, (size_t)r->trials) : NAN;
     s.achieved_tflops = s.throughput * r->flops_per_sample / 1e12;
     s.mfu = r->peak_tflops > 0 ? s.achieved_tflops / r->peak_tflops : NAN;
+    s.hfu = r->peak_tflops > 0 ? s.throughput * (r->flops_per_sample + r->recompute_flops_per_sample) / 1e12 /
+                                     r->peak_tflops
+                               : NAN;
     free(tput);
     return s;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes tfbench's input handling with libFuzzer (clang): the command-line parser, the .npy reader, the
-# results-file reader of `tfbench compare` and the loading of saved topologies (hwloc XML), each for
-# SECONDS (default 120) under AddressSanitizer and UndefinedBehaviorSanitizer, seeded from tests/fuzz/corpus.
+# results-file reader of `tfbench compare`, the loading of saved topologies (hwloc XML) and the CSV data files
+# (GPU catalog, architecture table), each for SECONDS (default 120) under AddressSanitizer and
+# UndefinedBehaviorSanitizer, seeded from tests/fuzz/corpus.
 # Prints executions and crashes per target; a crash leaves its input in build-fuzz/ and fails the script.
 # usage: scripts/fuzz.sh [SECONDS]
 set -u
@@ -16,10 +17,11 @@ clang "${flags[@]}" tests/fuzz/fuzz_options.c bench/options.c bench/models.c ker
 clang "${flags[@]}" tests/fuzz/fuzz_npy.c bench/npy.c kernels/check.c -o "$out/fuzz_npy" || exit 1
 clang "${flags[@]}" tests/fuzz/fuzz_results.c results/compare.c bench/stats.c kernels/check.c -lcjson -lm \
     -o "$out/fuzz_results" || exit 1
+clang "${flags[@]}" tests/fuzz/fuzz_csv.c bench/catalog.c bench/csv.c kernels/check.c -lm -o "$out/fuzz_csv" || exit 1
 clang "${flags[@]}" tests/fuzz/fuzz_topo.c topology/topo.c topology/bind.c kernels/check.c -lhwloc -lm \
     -o "$out/fuzz_topo" || exit 1
 status=0
-for t in options npy results topo; do
+for t in options npy results topo csv; do
     corpus="$out/corpus_$t"
     mkdir -p "$corpus"
     cp tests/fuzz/corpus/$t/* "$corpus/" 2>/dev/null

@@ -644,6 +644,46 @@ def test_estimate():
               and e.stdout == "", f"rc {e.returncode} {e.stderr}")
 
 
+def same_dumps(d1, d2, prefix):
+    """Number of dumped tensors with this prefix and whether each is byte-identical in both folders."""
+    names = sorted(f for f in os.listdir(d1) if f.startswith(prefix + ".")) if os.path.isdir(d1) else []
+    same = all(os.path.exists(os.path.join(d2, f)) and open(os.path.join(d1, f), "rb").read() == open(os.path.join(d2, f), "rb").read()
+               for f in names)
+    return len(names), same
+
+
+def test_checkpointing():
+    """--checkpointing: the same gradients, weights and losses bit for bit, less memory by what estimate predicts,
+    the recomputation timed and counted in HFU (not MFU)."""
+    for model, extra in (("bert-mini", ["--seq-len", "64"]),):
+        for layout, ranks in ((["--parallel", "data"], 1), (["--dp", "1", "--tp", "2", "--pp", "2", "--microbatches", "2"], 4)):
+            base = ["--model", model, "--batch", "4", "--steps", "3", "--warmup", "0", "--peak-tflops", "1"] + extra + layout
+            tag = f"{model}_{ranks}ranks"
+            runs = []
+            for ck in ([], ["--checkpointing"]):
+                d = os.path.join(TMP, f"ckpt_{tag}_{len(ck)}")
+                p, r = tfbench(base + ck + ["--dump", d], ranks, f"ckpt_{tag}_{len(ck)}")
+                e = estimate(base + ck + ["--format", "csv"])
+                total = int(e.stdout.strip().splitlines()[-1].split(",")[-1]) if e.returncode == 0 else 0
+                runs.append((p, r, d, total))
+            (p0, r0, d0, e0), (p1, r1, d1, e1) = runs
+            if r0 is None or r1 is None:
+                check(f"checkpointing_{tag}_runs", False, p0.stderr[-300:] + p1.stderr[-300:])
+                continue
+            ng, gsame = same_dumps(d0, d1, "grad")
+            nf, fsame = same_dumps(d0, d1, "param_final")
+            check(f"checkpointing_{tag}_same_gradients_weights_losses", ng > 10 and gsame and nf > 10 and fsame and losses(r0) == losses(r1),
+                  f"{ng} grads same {gsame}, {nf} final same {fsame}")
+            m0, m1 = r0["config"]["memory_peak_bytes_per_rank"], r1["config"]["memory_peak_bytes_per_rank"]
+            check(f"checkpointing_{tag}_saves_memory_as_estimated", m1 < m0 and e0 > e1 and abs((m0 - m1) - (e0 - e1)) <= 0.05 * (e0 - e1),
+                  f"measured {m0} -> {m1}, estimated {e0} -> {e1}")
+            s1 = r1["summary"]
+            check(f"checkpointing_{tag}_recompute_timed_hfu_above_mfu", r1["config"]["checkpointing"] is True
+                  and r1["config"]["recompute_s_per_step_median"] > 0 and s1["hfu"] > s1["mfu"] > 0
+                  and r1["config"]["memory_planned_without_checkpointing_bytes_per_rank"] - r1["config"]["memory_planned_bytes_per_rank"] == m0 - m1
+                  and "checkpointing saves" in p1.stdout, f"{s1.get('hfu')} {s1.get('mfu')} {r1['config']}")
+
+
 def test_comparison_run():
     out = os.path.join(TMP, "compare4.json")
     cmd = ["mpirun", "-np", "4", BIN, "--model", "resnet-tiny", "--batch", "4", "--steps", "3", "--warmup", "1",
@@ -664,7 +704,7 @@ def test_comparison_run():
           and len(lines) == 8 and len(skipped) == 1 and "heads" in skipped[0]["skipped"], f"{lines[:3]} {skipped}")
 
 
-for t in (test_bad_input, test_estimate, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
+for t in (test_bad_input, test_estimate, test_checkpointing, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
     t()
 if failures:
     print(f"test files kept in {TMP}")
