@@ -98,6 +98,11 @@ typedef struct {
     float *host_stats;         /* host (4 * largest K) for synchronised batch norm */
     void *lp[2];               /* 16-bit casts of activation operands */
     size_t max_act, max_full, max_k;
+    struct { float *z, *y, *mean, *var, *xg; size_t out, in, k; } rc[4]; /* checkpointing: one block's unit
+                                  buffers (units 0..2, 3: projection), each sized for the largest on the stage */
+    float *rc_in_full;         /* checkpointing: the gathered block input (tensor parallelism) */
+    size_t rc_in_full_elems;
+    int recomputing;           /* inside backward's recomputation: running statistics are left alone */
     int last_slot;
     tfb_mempool pools[4];      /* parameters+gradients (+16-bit copy), activations, running stats, inputs */
 } resnet_model;
@@ -291,15 +296,28 @@ static void note_sizes(resnet_model *m, const rn_unit *u) {
     if ((size_t)u->cd.k > m->max_k) m->max_k = (size_t)u->cd.k;
 }
 
-/* gathered: the unit reads a gathered copy of its input (tensor parallelism, not a block's first units). */
-static void plan_unit(resnet_model *m, rn_unit *u, rn_unit *shared, int gathered) {
+/* Checkpointing: unit u at position pos of a block only grows the shared recompute buffers. */
+static void note_recompute(resnet_model *m, const rn_unit *u, int pos) {
+    size_t out = unit_out(u), in = unit_in(u), k = (size_t)u->cd.k;
+    if (out > m->rc[pos].out) m->rc[pos].out = out;
+    if (in > m->rc[pos].in) m->rc[pos].in = in;
+    if (k > m->rc[pos].k) m->rc[pos].k = k;
+}
+
+/* gathered: the unit reads a gathered copy of its input (tensor parallelism, not a block's first units);
+ * pos: its place in a block (0..2, 3: projection), -1 for the stem. */
+static void plan_unit(resnet_model *m, rn_unit *u, rn_unit *shared, int gathered, int pos) {
     tfb_mempool *a = &m->pools[1];
     size_t out = unit_out(u), k = (size_t)u->cd.k;
-    tfb_mempool_add(a, (void **)&u->z, out * 4);
-    tfb_mempool_add(a, (void **)&u->y, out * 4);
-    tfb_mempool_add(a, (void **)&u->mean, k * 4);
-    tfb_mempool_add(a, (void **)&u->var, k * 4);
-    if (gathered && m->T > 1) tfb_mempool_add(a, (void **)&u->xg, unit_in(u) * 4);
+    if (m->wc.checkpointing && pos >= 0) {
+        note_recompute(m, u, pos);
+    } else {
+        tfb_mempool_add(a, (void **)&u->z, out * 4);
+        tfb_mempool_add(a, (void **)&u->y, out * 4);
+        tfb_mempool_add(a, (void **)&u->mean, k * 4);
+        tfb_mempool_add(a, (void **)&u->var, k * 4);
+        if (gathered && m->T > 1) tfb_mempool_add(a, (void **)&u->xg, unit_in(u) * 4);
+    }
     if (u == shared) {
         tfb_mempool_add(&m->pools[2], (void **)&u->run_mean, k * 4);
         tfb_mempool_add(&m->pools[2], (void **)&u->run_var, k * 4);
@@ -309,10 +327,27 @@ static void plan_unit(resnet_model *m, rn_unit *u, rn_unit *shared, int gathered
 
 static void plan_block(resnet_model *m, rn_block *bl, rn_block *shared) {
     tfb_mempool *a = &m->pools[1];
-    for (int i = 0; i < bl->n_units; i++) plan_unit(m, &bl->u[i], &shared->u[i], i > 0);
-    if (bl->has_proj) plan_unit(m, &bl->proj, &shared->proj, 0);
-    if (m->T > 1) tfb_mempool_add(a, (void **)&bl->in_full, unit_in(&bl->u[0]) * 4);
-    tfb_mempool_add(a, (void **)&bl->out, unit_out(&bl->u[bl->n_units - 1]) * 4);
+    for (int i = 0; i < bl->n_units; i++) plan_unit(m, &bl->u[i], &shared->u[i], i > 0, i);
+    if (bl->has_proj) plan_unit(m, &bl->proj, &shared->proj, 0, 3);
+    size_t in_full = unit_in(&bl->u[0]);
+    if (m->T > 1 && m->wc.checkpointing && in_full > m->rc_in_full_elems) m->rc_in_full_elems = in_full;
+    if (m->T > 1 && !m->wc.checkpointing) tfb_mempool_add(a, (void **)&bl->in_full, in_full * 4);
+    tfb_mempool_add(a, (void **)&bl->out, unit_out(&bl->u[bl->n_units - 1]) * 4); /* the next block's input */
+}
+
+/* Checkpointing: the buffers one block's recomputation fills, shared by every block and activation set. */
+static void plan_recompute(resnet_model *m) {
+    tfb_mempool *a = &m->pools[1];
+    if (!m->wc.checkpointing) return;
+    for (int i = 0; i < 4; i++) {
+        if (!m->rc[i].out) continue;
+        tfb_mempool_add(a, (void **)&m->rc[i].z, m->rc[i].out * 4);
+        tfb_mempool_add(a, (void **)&m->rc[i].y, m->rc[i].out * 4);
+        tfb_mempool_add(a, (void **)&m->rc[i].mean, m->rc[i].k * 4);
+        tfb_mempool_add(a, (void **)&m->rc[i].var, m->rc[i].k * 4);
+        if (m->T > 1 && i > 0 && i < 3) tfb_mempool_add(a, (void **)&m->rc[i].xg, m->rc[i].in * 4);
+    }
+    if (m->rc_in_full_elems) tfb_mempool_add(a, (void **)&m->rc_in_full, m->rc_in_full_elems * 4);
 }
 
 /* Elements of the stage's input (this rank's channels of the previous unit's output). */
@@ -329,7 +364,7 @@ static void plan_net(resnet_model *m, rn_net *net) {
     size_t n = (size_t)m->n;
     if (!has_stem(m)) tfb_mempool_add(a, (void **)&net->x_in, stage_in_elems(m) * 4);
     if (has_stem(m)) {
-        plan_unit(m, &net->stem, &m->net[0].stem, 0);
+        plan_unit(m, &net->stem, &m->net[0].stem, 0, -1);
         size_t pooled = n * net->stem.cd.k * m->pool_p * m->pool_q;
         tfb_mempool_add(a, (void **)&net->pooled_stem, pooled * 4);
         tfb_mempool_add(a, (void **)&net->argmax, pooled * sizeof(int));
@@ -362,6 +397,7 @@ static void plan_shared(resnet_model *m) {
     }
     if (m->wc.gemm_type != TFB_F32)
         for (int i = 0; i < 2; i++) tfb_mempool_add(a, &m->lp[i], (m->max_act > m->max_full ? m->max_act : m->max_full) * 2);
+    plan_recompute(m);
 }
 
 /* Calls fn on every unit of this stage in activation set `net`, in forward order. */
@@ -553,7 +589,8 @@ static tfb_status unit_fwd(resnet_model *m, rn_unit *u, const float *x) {
     if (m->wc.sync_bn && m->wc.dp_size > 1) TFB_CHECK(sync_moments(m, u));
     TFB_CHECK(be->bn_apply(be->ctx, u->y, u->z, u->mean, u->var, u->gamma, u->beta, d->n, d->k, pq, BN_EPS));
     double count = (double)d->n * pq * (m->wc.sync_bn ? m->wc.dp_size : 1);
-    TFB_CHECK(be->bn_running_update(be->ctx, u->run_mean, u->run_var, u->mean, u->var, d->k, BN_MOMENTUM, count));
+    if (!m->recomputing)
+        TFB_CHECK(be->bn_running_update(be->ctx, u->run_mean, u->run_var, u->mean, u->var, d->k, BN_MOMENTUM, count));
     if (u->relu) TFB_CHECK(be->act_fwd(be->ctx, TFB_ACT_RELU, u->y, u->y, unit_out(u)));
     return TFB_OK;
 }
@@ -655,6 +692,20 @@ static int block_hw(const resnet_model *m, const rn_net *net, int b) {
     return m->cfg.stem_pool ? m->pool_p * m->pool_q : unit_hw_out(&net->stem);
 }
 
+/* Checkpointing: the block's units write into (and backward reads from) the shared recompute buffers. */
+static void use_recompute_buffers(resnet_model *m, rn_block *b) {
+    for (int i = 0; i < 4; i++) {
+        rn_unit *u = i < 3 ? &b->u[i] : &b->proj;
+        if ((i < 3 && i >= b->n_units) || (i == 3 && !b->has_proj)) continue;
+        u->z = m->rc[i].z;
+        u->y = m->rc[i].y;
+        u->mean = m->rc[i].mean;
+        u->var = m->rc[i].var;
+        u->xg = m->rc[i].xg;
+    }
+    b->in_full = m->rc_in_full;
+}
+
 static tfb_status resnet_forward(void *self, int step, int mb, int slot, double *loss) {
     resnet_model *m = self;
     rn_net *net = &m->net[slot];
@@ -670,6 +721,7 @@ static tfb_status resnet_forward(void *self, int step, int mb, int slot, double 
     for (int b = 0; b < m->n_blocks; b++) {
         if (!has_block(m, b)) continue;
         t0 = tfb_workload_unit_start(&m->wl, m->be);
+        if (m->wc.checkpointing) use_recompute_buffers(m, &net->blocks[b]);
         TFB_CHECK(block_fwd(m, &net->blocks[b], x));
         TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 1 + b, t0));
         x = net->blocks[b].out;
@@ -771,6 +823,28 @@ static tfb_status stem_bwd(resnet_model *m, rn_net *net, float *g, float *work) 
     return unit_bwd(m, &net->stem, g, NULL); /* the first layer needs no input gradient */
 }
 
+/* The input of block b: the previous block's output, the stem's, or what the previous stage sent. */
+static const float *block_input(resnet_model *m, rn_net *net, int b) {
+    if (b > 0 && 1 + b > m->u0) return net->blocks[b - 1].out;
+    if (!has_stem(m)) return net->x_in;
+    return m->cfg.stem_pool ? net->pooled_stem : net->stem.y;
+}
+
+/* Checkpointing: block b's forward again from its kept input (same batch statistics, synchronised the same way;
+ * running statistics untouched), so backward reads exactly the activations the forward made. */
+static tfb_status recompute_block(resnet_model *m, rn_net *net, int b) {
+    TFB_CHECK(m->be->sync(m->be->ctx));
+    double t0 = tfb_clock_s();
+    use_recompute_buffers(m, &net->blocks[b]);
+    m->recomputing = 1;
+    tfb_status st = block_fwd(m, &net->blocks[b], block_input(m, net, b));
+    m->recomputing = 0;
+    TFB_CHECK(st);
+    TFB_CHECK(m->be->sync(m->be->ctx));
+    m->wl.recompute_s += tfb_clock_s() - t0;
+    return TFB_OK;
+}
+
 static tfb_status resnet_backward(void *self, int step, int mb, int slot, float loss_scale, tfb_grad_ready_fn ready,
                                   void *rctx) {
     resnet_model *m = self;
@@ -787,6 +861,7 @@ static tfb_status resnet_backward(void *self, int step, int mb, int slot, float 
     }
     for (int b = b_hi; b >= 0 && has_block(m, b); b--) {
         t0 = tfb_workload_unit_start(&m->wl, m->be);
+        if (m->wc.checkpointing) TFB_CHECK(recompute_block(m, net, b));
         TFB_CHECK(block_bwd(m, &net->blocks[b], g_out, g_in, m->g[2], m->g[3]));
         TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 1 + b, t0));
         TFB_CHECK(ready(rctx, net->blocks[b].u[0].w_off));
@@ -869,9 +944,16 @@ static void describe_stage(resnet_model *m) {
     if (has_head(m)) snprintf(d + n, len - (size_t)n, "%shead", n ? " + " : "");
 }
 
+/* Forward multiply-adds per image of every residual block of the whole model. */
+static double blocks_macs(const resnet_model *m) {
+    double stem, macs = geometry_macs(&m->cfg, m->image, 0, &stem);
+    return macs - stem - (double)m->feat * m->cfg.classes;
+}
+
 static void fill_workload(resnet_model *m) {
     m->wl.self = m;
     m->wl.flops_per_sample = resnet_train_flops(&m->cfg, m->image);
+    m->wl.recompute_flops_per_sample = m->wc.checkpointing ? 2.0 * blocks_macs(m) : 0;
     m->wl.flops_convention = "training = 3 x forward minus the first convolution's backward-data; 1 multiply-add "
                              "= 2 FLOPs; convolutions and the FC layer";
     snprintf(m->wl.shape, sizeof m->wl.shape, "image %dx%d, %d classes, %s batch norm", m->image, m->image,

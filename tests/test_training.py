@@ -655,10 +655,13 @@ def same_dumps(d1, d2, prefix):
 def test_checkpointing():
     """--checkpointing: the same gradients, weights and losses bit for bit, less memory by what estimate predicts,
     the recomputation timed and counted in HFU (not MFU)."""
-    for model, extra in (("bert-mini", ["--seq-len", "64"]),):
-        for layout, ranks in ((["--parallel", "data"], 1), (["--dp", "1", "--tp", "2", "--pp", "2", "--microbatches", "2"], 4)):
+    hybrid = ["--dp", "1", "--tp", "2", "--pp", "2", "--microbatches", "2"]
+    for model, extra, layouts in (("bert-mini", ["--seq-len", "64"], ((["--parallel", "data"], 1), (hybrid, 4))),
+                                  ("resnet18", ["--image-size", "64"], ((["--parallel", "data"], 1), (hybrid, 4),
+                                                                         (["--parallel", "data", "--sync-bn"], 2)))):
+        for layout, ranks in layouts:
             base = ["--model", model, "--batch", "4", "--steps", "3", "--warmup", "0", "--peak-tflops", "1"] + extra + layout
-            tag = f"{model}_{ranks}ranks"
+            tag = f"{model}_{ranks}ranks" + ("_sync_bn" if "--sync-bn" in layout else "")
             runs = []
             for ck in ([], ["--checkpointing"]):
                 d = os.path.join(TMP, f"ckpt_{tag}_{len(ck)}")
