@@ -278,7 +278,10 @@ static int compare_files(const compare_opts *o, const run_file *a, const run_fil
         }
         if (rows++ == 0) {
             printf("environment differences:\n");
-            if (!print_differences(stdout, "environment", a->env, b->env, NULL)) printf("  none\n");
+            int n = print_differences(stdout, "environment", a->env, b->env, NULL);
+            n += print_differences(stdout, "environment.variables", cJSON_GetObjectItemCaseSensitive(a->env, "variables"),
+                                   cJSON_GetObjectItemCaseSensitive(b->env, "variables"), NULL);
+            if (!n) printf("  none\n");
             print_differences(stdout, "config", x->config, y->config, NULL);
             print_header(stdout, o);
         }

@@ -86,10 +86,48 @@ static void add_libraries(cJSON *e, const char *mpi_library) {
     cJSON_AddStringToObject(e, "tfbench_commit", TFB_GIT_COMMIT);
 }
 
+int tfb_env_var_recorded(const char *entry) {
+    static const char *const prefixes[] = {"NCCL_", "CUDA_", "OMPI_MCA_", "UCX_", "HWLOC_", "OMP_", "TFB_",
+                                           "SLURM_CPU_BIND", "SLURM_CPUS_PER_TASK", "SLURM_NTASKS", "SLURM_GPUS",
+                                           "SLURM_MPI_TYPE", "SLURM_DISTRIBUTION", "SLURM_JOB_NUM_NODES", NULL};
+    /* what Open MPI's launcher passes to each process about itself (some differ on every launch) */
+    static const char *const internal[] = {"OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir",
+                                           "OMPI_MCA_shmem_RUNTIME_QUERY_hint", "OMPI_MCA_mpi_oversubscribe",
+                                           "OMPI_MCA_rmaps_ppr_n_pernode", NULL};
+    for (int i = 0; internal[i]; i++)
+        if (strncmp(entry, internal[i], strlen(internal[i])) == 0) return 0;
+    for (int i = 0; prefixes[i]; i++)
+        if (strncmp(entry, prefixes[i], strlen(prefixes[i])) == 0) return 1;
+    return 0;
+}
+
+extern char **environ;
+
+/* The variables that change what tfbench, MPI, NCCL or CUDA do, and /etc/nccl.conf, verbatim. */
+static void add_variables(cJSON *e) {
+    cJSON *v = cJSON_CreateObject();
+    for (char **p = environ; p && *p; p++) {
+        const char *eq = strchr(*p, '=');
+        if (!eq || !tfb_env_var_recorded(*p)) continue;
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - *p) < 255 ? (int)(eq - *p) : 255, *p);
+        if (!cJSON_GetObjectItemCaseSensitive(v, name)) cJSON_AddStringToObject(v, name, eq + 1);
+    }
+    cJSON_AddItemToObject(e, "variables", v);
+    FILE *f = fopen("/etc/nccl.conf", "r");
+    if (!f) return;
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    cJSON_AddStringToObject(e, "nccl_conf", buf);
+}
+
 cJSON *tfb_env_capture(const char *mpi_library) {
     cJSON *e = cJSON_CreateObject();
     if (!e) return NULL;
     add_system(e);
     add_libraries(e, mpi_library);
+    add_variables(e);
     return e;
 }

@@ -687,6 +687,49 @@ def test_checkpointing():
                   and "checkpointing saves" in p1.stdout, f"{s1.get('hfu')} {s1.get('mfu')} {r1['config']}")
 
 
+def doctor(env_extra, ranks=1, args=()):
+    cmd = (["mpirun", "-np", str(ranks)] if ranks > 1 else []) + [BIN, "doctor"] + list(args)
+    return subprocess.run(cmd, env=dict(ENV, **env_extra), capture_output=True, text=True, timeout=120)
+
+
+def test_doctor():
+    """tfbench doctor here (no GPU: CPU checks pass, GPU checks not applicable) and its failure paths through test
+    hooks: a launcher that started more processes than MPI sees, a stub driver library (tests/fake_libcuda.c) that is
+    too old, has no device or fewer GPUs than ranks, CUDA_LAUNCH_BLOCKING=1, and a bad option."""
+    p = doctor({})
+    marks = [l[:1] for l in p.stdout.splitlines()[1:-1] if l[:1] in "✓✗–"]
+    check("doctor_here_passes_cpu_checks", p.returncode == 0 and "✓ MPI world" in p.stdout and "✓ hwloc" in p.stdout
+          and "✓ binding" in p.stdout and ", 0 failed" in p.stdout and "✗" not in marks, p.stdout[-800:] + p.stderr[-300:])
+    p = doctor({"SLURM_NTASKS": "4"})
+    check("doctor_launcher_world_mismatch_fails", p.returncode == 1 and "✗ MPI world" in p.stdout and "4 processes" in p.stdout
+          and "srun --mpi=pmix" in p.stdout, p.stdout[:600])
+    fake = os.path.join(ROOT, os.environ.get("TFB_BUILD", "build"), "tests", "libfakecuda.so")
+    toolkit = 0
+    for line in open(os.path.join(os.path.dirname(fake), "..", "config.h")):
+        if line.startswith("#define TFB_CUDA_TOOLKIT_VERSION"):
+            toolkit = int(line.split()[-1])
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_VERSION": "11040"})
+    want = "✗ driver vs CUDA" if toolkit >= 12000 else "– driver vs CUDA"
+    check("doctor_old_driver_named", p.returncode == (1 if toolkit >= 12000 else 0) and want in p.stdout and "CUDA 11.4" in p.stdout
+          and "H100 SXM5" in p.stdout, p.stdout[:900])
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_DEVICES": "0"})
+    check("doctor_driver_without_devices_fails", p.returncode == 1 and "✗ GPUs" in p.stdout and "no CUDA device" in p.stdout, p.stdout[:900])
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_DEVICES": "1"}, ranks=2)
+    check("doctor_more_ranks_than_gpus_fails", p.returncode != 0 and "✗ GPU per rank" in p.stdout and "2 ranks but has 1 GPU" in p.stdout,
+          p.stdout[:1200])
+    p = doctor({"CUDA_LAUNCH_BLOCKING": "1"})
+    check("doctor_launch_blocking_fails", p.returncode == 1 and any(l.startswith("✗") and "CUDA_LAUNCH_BLOCKING=1" in l
+          for l in p.stdout.splitlines()), p.stdout[-600:])
+    p = doctor({}, args=["--frobnicate"])
+    check("doctor_bad_option_exit_2", p.returncode == 2 and "--frobnicate" in p.stderr and p.stdout == "", p.stderr)
+    out = os.path.join(TMP, "env_vars.json")
+    p = subprocess.run([BIN, "--output", out, "--progress", "off"] + SMALL + ["--batch", "2", "--steps", "1"],
+                       env=dict(ENV, NCCL_ALGO="Ring", OMP_PROC_BIND="close"), capture_output=True, text=True, timeout=120)
+    v = json.load(open(out))["environment"].get("variables", {}) if p.returncode == 0 else {}
+    check("results_record_behaviour_variables", v.get("NCCL_ALGO") == "Ring" and v.get("OMP_PROC_BIND") == "close"
+          and not any(k.startswith("OMPI_MCA_orte_") or k.startswith("OMPI_MCA_ess") for k in v), str(v))
+
+
 def test_comparison_run():
     out = os.path.join(TMP, "compare4.json")
     cmd = ["mpirun", "-np", "4", BIN, "--model", "resnet-tiny", "--batch", "4", "--steps", "3", "--warmup", "1",
@@ -707,7 +750,7 @@ def test_comparison_run():
           and len(lines) == 8 and len(skipped) == 1 and "heads" in skipped[0]["skipped"], f"{lines[:3]} {skipped}")
 
 
-for t in (test_bad_input, test_estimate, test_checkpointing, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
+for t in (test_bad_input, test_estimate, test_checkpointing, test_doctor, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
     t()
 if failures:
     print(f"test files kept in {TMP}")

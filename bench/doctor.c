@@ -1,0 +1,292 @@
+/* doctor.c — `[mpirun -np N] tfbench doctor`: each check printed by rank 0 as ✓ (passed), ✗ (failed, with a
+ * one-line fix) or – (not applicable here, saying why); exit status 1 when any check failed, else 0.
+ *
+ * CPU side: the MPI world against the launcher's own count (a misconfigured PMI starts N singletons), hwloc, the
+ * binding (ranks and threads against cores per node). GPU side, through gpu_probe.c (dlopen, so a machine without
+ * a driver is not an error): the driver and its CUDA version against the toolkit tfbench was built with, the
+ * devices and one per rank, a kernel image for each, cuBLAS, cuDNN, NCCL, NVML. Checks that need the CUDA backend
+ * (P2P copies, an NCCL all-reduce with a deadline, free memory, ECC, throttling) say so. Environment variables that
+ * change behaviour are listed. This file changes nothing on the machine.
+ */
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "doctor.h"
+#include "catalog.h"
+#include "comm.h"
+#include "config.h"
+#include "../results/env.h"
+#include "../topology/gpu_probe.h"
+#include "../topology/topo.h"
+
+typedef enum { CHK_OK, CHK_FAIL, CHK_NA } chk_state;
+
+typedef struct {
+    int fails, total;
+} doctor;
+
+typedef struct {                  /* what rank 0 needs from every rank, gathered as 8 integers */
+    long long node, local_size, gpus, cpus_allowed, launcher_size, world_size, pad[2];
+} rank_facts;
+
+static void say(doctor *d, chk_state st, const char *name, const char *fix, const char *fmt, ...) {
+    static const char *const mark[] = {"✓", "✗", "–"};
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    printf("%s %-16s %s\n", mark[st], name, detail);
+    if (st == CHK_FAIL && fix && fix[0]) printf("  %-16s fix: %s\n", "", fix);
+    d->fails += st == CHK_FAIL;
+    d->total++;
+}
+
+/* The number of processes the launcher says it started, and which variable said it (0: none set). */
+static long long launcher_size(const char **var) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS",
+                                       "SLURM_NTASKS", NULL};
+    for (int i = 0; vars[i]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoll(v) > 0) { *var = vars[i]; return atoll(v); }
+    }
+    *var = NULL;
+    return 0;
+}
+
+static void check_world(doctor *d, const rank_facts *all, int n) {
+    const char *var;
+    launcher_size(&var);
+    for (int r = 0; r < n; r++)
+        if (all[r].launcher_size && all[r].launcher_size != all[r].world_size) {
+            say(d, CHK_FAIL, "MPI world", "launch with this MPI's own mpirun, or with Slurm use srun --mpi=pmix "
+                "(check srun --mpi=list); a launcher/MPI PMI mismatch starts every process as its own world",
+                "the launcher started %lld processes (%s) but MPI sees a world of %lld", all[r].launcher_size,
+                var ? var : "launcher variable", all[r].world_size);
+            say(d, CHK_OK, "MPI library", NULL, "%.200s", tfb_comm_mpi_library());
+            return;
+        }
+    if (!var) say(d, CHK_OK, "MPI world", NULL, "%d rank%s, no launcher variables (started without mpirun/srun)",
+                  n, n > 1 ? "s" : "");
+    else say(d, CHK_OK, "MPI world", NULL, "%d rank%s, as the launcher says (%s)", n, n > 1 ? "s" : "", var);
+    say(d, CHK_OK, "MPI library", NULL, "%.200s", tfb_comm_mpi_library());
+}
+
+static void check_hwloc(doctor *d, tfb_topo *t, int *ok) {
+    char err[700];
+    *ok = tfb_topo_load(NULL, NULL, t, err, sizeof err) == TFB_OK;
+    if (!*ok) {
+        say(d, CHK_FAIL, "hwloc", "install hwloc (make deps) or unset HWLOC_XMLFILE", "%s", err);
+        return;
+    }
+    say(d, CHK_OK, "hwloc", NULL, "%s: %d package%s, %d cores, %d hardware threads, %d NUMA node%s, %d NVIDIA "
+        "GPU%s on PCI", t->source, t->packages, t->packages > 1 ? "s" : "", t->cores, t->pus, t->n_numa,
+        t->n_numa > 1 ? "s" : "", t->n_gpus, t->n_gpus == 1 ? "" : "s");
+}
+
+/* Ranks per node against cores; OMP_NUM_THREADS (when set) times ranks against cores. */
+static void check_binding(doctor *d, const tfb_topo *t, const rank_facts *all, int n) {
+    long long most = 0;
+    for (int r = 0; r < n; r++)
+        if (all[r].local_size > most) most = all[r].local_size;
+    const char *omp = getenv("OMP_NUM_THREADS");
+    long long threads = omp ? atoll(omp) : 0;
+    if (most > t->cores) {
+        say(d, CHK_FAIL, "binding", "start at most one rank per core (fewer ranks, or more nodes)",
+            "%lld ranks on one node but %d cores: ranks would share cores and every timing would suffer", most,
+            t->cores);
+    } else if (threads > 0 && threads * most > t->pus) {
+        say(d, CHK_FAIL, "binding", "unset OMP_NUM_THREADS (tfbench sizes threads from each rank's cores) or lower it",
+            "OMP_NUM_THREADS=%lld x %lld ranks per node = %lld threads on %d hardware threads", threads, most,
+            threads * most, t->pus);
+    } else {
+        say(d, CHK_OK, "binding", NULL, "%lld rank%s per node on %d cores: each rank gets its own cores (--bind "
+            "auto)", most, most > 1 ? "s" : "", t->cores);
+    }
+}
+
+static void check_driver(doctor *d, const tfb_gpu_probe *g, const tfb_topo *t) {
+    if (!g->driver_found) {
+        if (t->n_gpus > 0)
+            say(d, CHK_FAIL, "driver", "install the NVIDIA driver (nvidia-smi must work) and reboot if the module is new",
+                "%d NVIDIA GPU%s on the PCI bus but no driver library (libcuda.so.1)", t->n_gpus, t->n_gpus > 1 ? "s" : "");
+        else
+            say(d, CHK_NA, "driver", NULL, "no NVIDIA driver (libcuda.so.1 not found) and no NVIDIA GPU: the GPU "
+                "checks below do not apply; tfbench runs on the CPU backend");
+        return;
+    }
+    say(d, CHK_OK, "driver", NULL, "%s, CUDA %d.%d", g->driver_lib, g->driver_version / 1000,
+        g->driver_version % 1000 / 10);
+    int tk = TFB_CUDA_TOOLKIT_VERSION;
+    if (!tk) {
+        say(d, CHK_NA, "driver vs CUDA", NULL, "this tfbench was built without the CUDA toolkit");
+    } else if (g->driver_version / 1000 < tk / 1000) {
+        say(d, CHK_FAIL, "driver vs CUDA", "install a driver for CUDA >= the toolkit's major version, or rebuild "
+            "tfbench with an older toolkit (CUDA_HOME=... make)", "the driver supports CUDA %d.%d but tfbench was "
+            "built with CUDA %d.%d: \"CUDA driver version is insufficient\"", g->driver_version / 1000,
+            g->driver_version % 1000 / 10, tk / 1000, tk % 1000 / 10);
+    } else {
+        say(d, CHK_OK, "driver vs CUDA", NULL, "built with CUDA %d.%d%s", tk / 1000, tk % 1000 / 10,
+            g->driver_version < tk ? " (older minor version: minor-version compatibility)" : "");
+    }
+}
+
+static void check_devices(doctor *d, const tfb_gpu_probe *g, const tfb_catalog *cat) {
+    if (!g->driver_found) { say(d, CHK_NA, "GPUs", NULL, "no driver"); return; }
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    const char *fix = "check nvidia-smi, the nvidia kernel module, and CUDA_VISIBLE_DEVICES";
+    if (g->init_error) {
+        say(d, CHK_FAIL, "GPUs", fix, "cuInit failed (error %d); CUDA_VISIBLE_DEVICES=%s", g->init_error,
+            vis ? vis : "(unset)");
+        return;
+    }
+    if (g->n == 0) {
+        say(d, CHK_FAIL, "GPUs", fix, "the driver sees no CUDA device; CUDA_VISIBLE_DEVICES=%s", vis ? vis : "(unset)");
+        return;
+    }
+    for (int i = 0; i < g->n; i++) {
+        const tfb_gpu_dev *v = &g->dev[i];
+        const tfb_gpu_spec *s = cat ? tfb_catalog_find(cat, v->name) : NULL;
+        const tfb_gpu_arch *a = cat ? tfb_catalog_arch(cat, v->cc) : NULL;
+        say(d, CHK_OK, i == 0 ? "GPUs" : "", NULL, "%d: %s, %s CC %d.%d, %d SMs, %.1f GiB, %s; catalog: %s", i,
+            v->name, a ? a->arch : "unknown architecture", v->cc / 10, v->cc % 10, v->sms,
+            (double)v->memory_bytes / 1073741824.0, v->bus_id, s ? s->name : "not listed (peak from SMs x clock)");
+    }
+}
+
+static void check_per_rank(doctor *d, const tfb_gpu_probe *g, const rank_facts *all, int n) {
+    if (!g->driver_found || g->n == 0) { say(d, CHK_NA, "GPU per rank", NULL, "no GPU"); return; }
+    for (int r = 0; r < n; r++)
+        if (all[r].local_size > all[r].gpus) {
+            say(d, CHK_FAIL, "GPU per rank", "start one rank per GPU on each node (mpirun --map-by ppr:G:node)",
+                "node %lld runs %lld ranks but has %lld GPU%s: ranks would share a GPU", all[r].node,
+                all[r].local_size, all[r].gpus, all[r].gpus == 1 ? "" : "s");
+            return;
+        }
+    say(d, CHK_OK, "GPU per rank", NULL, "every rank gets its own GPU (by node-local rank)");
+}
+
+static void check_kernel_image(doctor *d, const tfb_gpu_probe *g) {
+    if (!g->driver_found || g->n == 0) { say(d, CHK_NA, "kernel image", NULL, "no GPU"); return; }
+    for (int i = 0; i < g->n; i++) {
+        const char *has = tfb_catalog_binary_support(g->dev[i].cc);
+        if (strncmp(has, "nothing (CPU", 12) == 0) {
+            say(d, CHK_NA, "kernel image", NULL, "this tfbench holds no CUDA kernels (CPU backend only): the GPUs "
+                "are not used");
+            return;
+        }
+        if (strncmp(has, "nothing", 7) == 0) {
+            say(d, CHK_FAIL, "kernel image", "rebuild with CUDA_ARCHS including this compute capability",
+                "GPU %d (CC %d.%d): %s", i, g->dev[i].cc / 10, g->dev[i].cc % 10, has);
+            return;
+        }
+    }
+    say(d, CHK_OK, "kernel image", NULL, "machine code or PTX for every GPU");
+}
+
+static void check_libs(doctor *d, const tfb_gpu_probe *g) {
+    static const char *const libs[] = {"cudart", "cublas", "cudnn", "nccl", "nvml"};
+    static const char *const names[] = {"CUDA runtime", "cuBLAS", "cuDNN", "NCCL", "NVML"};
+    int gpus = g->driver_found && g->n > 0;
+    for (int i = 0; i < 5; i++) {
+        tfb_lib_probe p;
+        tfb_lib_probe_run(libs[i], &p);
+        if (p.found) say(d, CHK_OK, names[i], NULL, "%s (%s)", p.version, p.soname);
+        else if (gpus && i < 4)
+            say(d, CHK_FAIL, names[i], "install it (CUDA toolkit, cuDNN, NCCL) or add its folder to LD_LIBRARY_PATH",
+                "not found on the loader's path or in the CUDA toolkit");
+        else say(d, CHK_NA, names[i], NULL, "not found (%s)", gpus ? "topology and power figures need it"
+                                                                     : "not needed without a GPU");
+    }
+}
+
+static void check_needs_backend(doctor *d, const tfb_gpu_probe *g) {
+    static const char *const what[] = {"P2P copies", "NCCL all-reduce", "GPU memory", "ECC and clocks"};
+    int gpus = g->driver_found && g->n > 0;
+    for (int i = 0; i < 4; i++)
+        say(d, CHK_NA, what[i], NULL, "%s", gpus ? "needs tfbench's CUDA backend, not in this build" : "no GPU");
+}
+
+/* Variables that change what tfbench, MPI, NCCL or CUDA do; CUDA_LAUNCH_BLOCKING=1 falsifies every timing. envp
+ * is the environment as the process started, before MPI added its own. */
+static void check_environment(doctor *d, char **envp) {
+    int listed = 0;
+    for (char **e = envp; e && *e; e++) {
+        if (!tfb_env_var_recorded(*e)) continue;
+        int bad = strcmp(*e, "CUDA_LAUNCH_BLOCKING=1") == 0;
+        say(d, bad ? CHK_FAIL : CHK_NA, listed++ ? "" : "environment",
+            bad ? "unset CUDA_LAUNCH_BLOCKING: it serialises every kernel launch" : NULL, "%.300s%s", *e,
+            bad ? " (every timing would be wrong)" : " (changes behaviour; recorded in results)");
+    }
+    if (!listed) say(d, CHK_OK, "environment", NULL, "no NCCL_, CUDA_, OMPI_MCA_, UCX_, HWLOC_ or OMP_ variables set");
+}
+
+static void gather_facts(tfb_comm *w, const tfb_gpu_probe *g, rank_facts *all) {
+    int node = 0, nodes = 1, local = 0, local_size = 1;
+    const char *var;
+    cpu_set_t set;
+    tfb_comm_mpi_node(&node, &nodes, &local, &local_size);
+    rank_facts me = {.node = node, .local_size = local_size, .gpus = g->driver_found ? g->n : 0,
+                     .launcher_size = launcher_size(&var), .world_size = w->size};
+    me.cpus_allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (w->allgather(w, &me, all, sizeof me / 8, TFB_COMM_U64) != TFB_OK) all[0] = me;
+}
+
+static void run_checks(doctor *d, const tfb_gpu_probe *g, const rank_facts *all, int n, char **envp) {
+    static tfb_topo t;
+    tfb_catalog cat;
+    char err[512];
+    int topo_ok, have_cat = tfb_catalog_load(&cat, NULL, err, sizeof err) == TFB_OK;
+    printf("tfbench doctor: %d rank%s\n", n, n > 1 ? "s" : "");
+    check_world(d, all, n);
+    check_hwloc(d, &t, &topo_ok);
+    if (topo_ok) check_binding(d, &t, all, n);
+    if (!have_cat) say(d, CHK_FAIL, "GPU catalog", "reinstall tfbench's data folder or set TFB_DATA_DIR", "%s", err);
+    check_driver(d, g, &t);
+    check_devices(d, g, have_cat ? &cat : NULL);
+    check_per_rank(d, g, all, n);
+    check_kernel_image(d, g);
+    check_libs(d, g);
+    check_needs_backend(d, g);
+    check_environment(d, envp);
+    printf("%d checks, %d failed\n", d->total, d->fails);
+    if (topo_ok) tfb_topo_free(&t);
+    if (have_cat) tfb_catalog_free(&cat);
+}
+
+extern char **environ;
+
+int tfb_doctor_main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0) {
+            printf("usage: [mpirun -np N] tfbench doctor\n  checks the launcher, MPI, hwloc, binding, driver, GPUs, "
+                   "CUDA libraries and environment; exit 1 when a check fails\n");
+            return 0;
+        }
+        fprintf(stderr, "tfbench doctor: %.200s: unknown option (see tfbench doctor --help)\n", argv[i]);
+        return 2;
+    }
+    tfb_comm *w = NULL;
+    int zero = 0, n_env = 0;
+    char **none = NULL;
+    while (environ[n_env]) n_env++;
+    char **env0 = calloc((size_t)n_env + 1, sizeof *env0); /* before MPI_Init adds its own variables */
+    for (int i = 0; env0 && i < n_env; i++) env0[i] = strdup(environ[i]);
+    if (tfb_comm_mpi_world(&zero, &none, &w) != TFB_OK) return 1;
+    static tfb_gpu_probe g;
+    tfb_gpu_probe_run(&g);
+    rank_facts *all = calloc((size_t)w->size, sizeof *all);
+    doctor d = {0};
+    if (!all) { tfb_comm_mpi_finalize(); return 1; }
+    gather_facts(w, &g, all);
+    if (w->rank == 0) run_checks(&d, &g, all, w->size, env0);
+    int fails = d.fails;
+    if (w->bcast(w, &fails, 1, TFB_COMM_I32, 0) != TFB_OK) fails = 1;
+    free(all);
+    for (int i = 0; env0 && i < n_env; i++) free(env0[i]);
+    free(env0);
+    tfb_comm_mpi_finalize();
+    return fails ? 1 : 0;
+}
