@@ -234,7 +234,25 @@ static void gather_facts(tfb_comm *w, const tfb_gpu_probe *g, rank_facts *all) {
     if (w->allgather(w, &me, all, sizeof me / 8, TFB_COMM_U64) != TFB_OK) all[0] = me;
 }
 
-static void run_checks(doctor *d, const tfb_gpu_probe *g, const rank_facts *all, int n, char **envp) {
+/* With --precision: every GPU has tensor cores for it (FP32 never needs them). */
+static void check_precision(doctor *d, const tfb_gpu_probe *g, const tfb_catalog *cat, int prec) {
+    if (prec < 0) return;
+    if (!g->driver_found || g->n == 0 || !cat) { say(d, CHK_NA, "tensor cores", NULL, "no GPU"); return; }
+    for (int i = 0; i < g->n && prec != TFB_PREC_FP32; i++) {
+        const tfb_gpu_arch *a = tfb_catalog_arch(cat, g->dev[i].cc);
+        if (!a || !a->tc[prec]) {
+            say(d, CHK_FAIL, "tensor cores", "use a precision the GPU has tensor cores for (fp16 on Volta and Turing)",
+                "GPU %d (%s, %s) has no %s tensor cores: %s GEMMs run far below the tensor-core rate", i,
+                g->dev[i].name, a ? a->arch : "unknown architecture", tfb_prec_name((tfb_prec)prec),
+                tfb_prec_name((tfb_prec)prec));
+            return;
+        }
+    }
+    say(d, CHK_OK, "tensor cores", NULL, "%s: %s", tfb_prec_name((tfb_prec)prec),
+        prec == TFB_PREC_FP32 ? "runs on CUDA cores everywhere" : "every GPU has tensor cores for it");
+}
+
+static void run_checks(doctor *d, const tfb_gpu_probe *g, const rank_facts *all, int n, char **envp, int prec) {
     static tfb_topo t;
     tfb_catalog cat;
     char err[512];
@@ -248,6 +266,7 @@ static void run_checks(doctor *d, const tfb_gpu_probe *g, const rank_facts *all,
     check_devices(d, g, have_cat ? &cat : NULL);
     check_per_rank(d, g, all, n);
     check_kernel_image(d, g);
+    check_precision(d, g, have_cat ? &cat : NULL, prec);
     check_libs(d, g);
     check_needs_backend(d, g);
     check_environment(d, envp);
@@ -258,16 +277,30 @@ static void run_checks(doctor *d, const tfb_gpu_probe *g, const rank_facts *all,
 
 extern char **environ;
 
-int tfb_doctor_main(int argc, char **argv) {
+/* --precision P: 0 when absent, -1 for a bad option (message printed), else 1 and *prec set. */
+static int parse_args(int argc, char **argv, int *prec) {
+    *prec = -1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: [mpirun -np N] tfbench doctor\n  checks the launcher, MPI, hwloc, binding, driver, GPUs, "
-                   "CUDA libraries and environment; exit 1 when a check fails\n");
-            return 0;
+            printf("usage: [mpirun -np N] tfbench doctor [--precision fp32|tf32|fp16|bf16|fp8]\n  checks the launcher, "
+                   "MPI, hwloc, binding, driver, GPUs, CUDA libraries and environment; with --precision, whether\n"
+                   "  every GPU has tensor cores for it; exit 1 when a check fails\n");
+            exit(0);
         }
-        fprintf(stderr, "tfbench doctor: %.200s: unknown option (see tfbench doctor --help)\n", argv[i]);
-        return 2;
+        if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc && (*prec = tfb_prec_parse(argv[i + 1])) >= 0) {
+            i++;
+            continue;
+        }
+        fprintf(stderr, "tfbench doctor: %.200s: %s (see tfbench doctor --help)\n", argv[i],
+                strcmp(argv[i], "--precision") == 0 ? "needs fp32, tf32, fp16, bf16 or fp8" : "unknown option");
+        return -1;
     }
+    return *prec >= 0;
+}
+
+int tfb_doctor_main(int argc, char **argv) {
+    int prec;
+    if (parse_args(argc, argv, &prec) < 0) return 2;
     tfb_comm *w = NULL;
     int zero = 0, n_env = 0;
     char **none = NULL;
@@ -281,7 +314,7 @@ int tfb_doctor_main(int argc, char **argv) {
     doctor d = {0};
     if (!all) { tfb_comm_mpi_finalize(); return 1; }
     gather_facts(w, &g, all);
-    if (w->rank == 0) run_checks(&d, &g, all, w->size, env0);
+    if (w->rank == 0) run_checks(&d, &g, all, w->size, env0, prec);
     int fails = d.fails;
     if (w->bcast(w, &fails, 1, TFB_COMM_I32, 0) != TFB_OK) fails = 1;
     free(all);

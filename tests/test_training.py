@@ -717,11 +717,16 @@ def test_doctor():
     p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_DEVICES": "1"}, ranks=2)
     check("doctor_more_ranks_than_gpus_fails", p.returncode != 0 and "✗ GPU per rank" in p.stdout and "2 ranks but has 1 GPU" in p.stdout,
           p.stdout[:1200])
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_V100": "1"}, args=["--precision", "bf16"])
+    check("doctor_bf16_on_volta_fails", p.returncode == 1 and "✗ tensor cores" in p.stdout and "Volta" in p.stdout, p.stdout[:1500])
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_V100": "1"}, args=["--precision", "fp16"])
+    check("doctor_fp16_on_volta_passes", "✓ tensor cores" in p.stdout, p.stdout[:1500])
     p = doctor({"CUDA_LAUNCH_BLOCKING": "1"})
     check("doctor_launch_blocking_fails", p.returncode == 1 and any(l.startswith("✗") and "CUDA_LAUNCH_BLOCKING=1" in l
           for l in p.stdout.splitlines()), p.stdout[-600:])
-    p = doctor({}, args=["--frobnicate"])
-    check("doctor_bad_option_exit_2", p.returncode == 2 and "--frobnicate" in p.stderr and p.stdout == "", p.stderr)
+    for bad in (["--frobnicate"], ["--precision", "fp12"], ["--precision"]):
+        p = doctor({}, args=bad)
+        check(f"doctor_bad_option_exit_2_{'_'.join(bad)}", p.returncode == 2 and bad[0] in p.stderr and p.stdout == "", p.stderr)
     out = os.path.join(TMP, "env_vars.json")
     p = subprocess.run([BIN, "--output", out, "--progress", "off"] + SMALL + ["--batch", "2", "--steps", "1"],
                        env=dict(ENV, NCCL_ALGO="Ring", OMP_PROC_BIND="close"), capture_output=True, text=True, timeout=120)
