@@ -19,6 +19,7 @@
 #include "config.h"
 #include "../results/env.h"
 #include "../topology/gpu_probe.h"
+#include "../topology/nvml.h"
 #include "../topology/topo.h"
 
 typedef enum { CHK_OK, CHK_FAIL, CHK_NA } chk_state;
@@ -187,26 +188,80 @@ static void check_kernel_image(doctor *d, const tfb_gpu_probe *g) {
 }
 
 static void check_libs(doctor *d, const tfb_gpu_probe *g) {
-    static const char *const libs[] = {"cudart", "cublas", "cudnn", "nccl", "nvml"};
-    static const char *const names[] = {"CUDA runtime", "cuBLAS", "cuDNN", "NCCL", "NVML"};
+    static const char *const libs[] = {"cudart", "cublas", "cudnn", "nccl"};
+    static const char *const names[] = {"CUDA runtime", "cuBLAS", "cuDNN", "NCCL"};
     int gpus = g->driver_found && g->n > 0;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 4; i++) {
         tfb_lib_probe p;
         tfb_lib_probe_run(libs[i], &p);
         if (p.found) say(d, CHK_OK, names[i], NULL, "%s (%s)", p.version, p.soname);
-        else if (gpus && i < 4)
+        else if (gpus)
             say(d, CHK_FAIL, names[i], "install it (CUDA toolkit, cuDNN, NCCL) or add its folder to LD_LIBRARY_PATH",
                 "not found on the loader's path or in the CUDA toolkit");
-        else say(d, CHK_NA, names[i], NULL, "not found (%s)", gpus ? "topology and power figures need it"
-                                                                     : "not needed without a GPU");
+        else say(d, CHK_NA, names[i], NULL, "not found (not needed without a GPU)");
     }
 }
 
 static void check_needs_backend(doctor *d, const tfb_gpu_probe *g) {
-    static const char *const what[] = {"P2P copies", "NCCL all-reduce", "GPU memory", "ECC and clocks"};
+    static const char *const what[] = {"P2P copies", "NCCL all-reduce"};
     int gpus = g->driver_found && g->n > 0;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 2; i++)
         say(d, CHK_NA, what[i], NULL, "%s", gpus ? "needs tfbench's CUDA backend, not in this build" : "no GPU");
+}
+
+/* Memory other processes hold (more than 10% of a GPU distorts a benchmark and may not leave room). */
+static void check_memory(doctor *d, const tfb_nvml *nv) {
+    for (int i = 0; i < tfb_nvml_count(nv); i++) {
+        const tfb_nvml_gpu *g = tfb_nvml_gpu_info(nv, i);
+        double used = (double)(g->mem_total - g->mem_free);
+        if (g->mem_total && used > 0.1 * (double)g->mem_total) {
+            say(d, CHK_FAIL, "GPU memory", "end the processes nvidia-smi lists on that GPU, or use another GPU",
+                "GPU %d (%s): %.1f of %.1f GiB already in use by other processes", i, g->busid, used / 1073741824.0,
+                (double)g->mem_total / 1073741824.0);
+            return;
+        }
+    }
+    say(d, CHK_OK, "GPU memory", NULL, "every GPU at least 90%% free (GPU 0: %.1f of %.1f GiB free)",
+        (double)tfb_nvml_gpu_info(nv, 0)->mem_free / 1073741824.0,
+        (double)tfb_nvml_gpu_info(nv, 0)->mem_total / 1073741824.0);
+}
+
+static void check_ecc_clocks(doctor *d, tfb_nvml *nv) {
+    char why[200];
+    int fails_before = d->fails;
+    for (int i = 0; i < tfb_nvml_count(nv); i++) {
+        const tfb_nvml_gpu *g = tfb_nvml_gpu_info(nv, i);
+        if (g->ecc_uncorrected)
+            say(d, CHK_FAIL, "ECC", "reset the GPU (nvidia-smi -r) or have it replaced if the errors return",
+                "GPU %d (%s): %llu uncorrected ECC errors since the driver loaded", i, g->busid, g->ecc_uncorrected);
+        if (tfb_nvml_throttle_text(g->throttle, why, sizeof why)[0])
+            say(d, CHK_FAIL, "clocks", "check cooling, power capping (nvidia-smi -q -d PERFORMANCE) and the power "
+                "limit", "GPU %d (%s) throttled: %s (SM %d of %d MHz)", i, g->busid, why, g->sm_mhz, g->sm_mhz_max);
+    }
+    const tfb_nvml_gpu *g = tfb_nvml_gpu_info(nv, 0);
+    if (d->fails == fails_before)
+        say(d, CHK_OK, "ECC and clocks", NULL, "ECC %s; GPU 0 SM clock %d of %d MHz, power limit %.0f W",
+            g->ecc == 1 ? "on" : g->ecc == 0 ? "off" : "unknown", g->sm_mhz, g->sm_mhz_max, g->power_limit_w);
+}
+
+/* NVML: the driver's own view (memory in use, ECC, throttling) when the library is there. */
+static void check_nvml(doctor *d, const tfb_gpu_probe *g) {
+    char err[200];
+    tfb_nvml *nv = tfb_nvml_open(err, sizeof err);
+    int gpus = g->driver_found && g->n > 0;
+    if (!nv || tfb_nvml_count(nv) == 0) {
+        say(d, CHK_NA, "NVML", NULL, "%s (%s)", nv ? "no GPU" : err,
+            gpus ? "memory, ECC and clock checks need it" : "not needed without a GPU");
+        say(d, CHK_NA, "GPU memory", NULL, "%s", gpus ? "needs NVML" : "no GPU");
+        say(d, CHK_NA, "ECC and clocks", NULL, "%s", gpus ? "needs NVML" : "no GPU");
+        tfb_nvml_close(nv);
+        return;
+    }
+    say(d, CHK_OK, "NVML", NULL, "driver %s, %d GPU%s", tfb_nvml_driver(nv), tfb_nvml_count(nv),
+        tfb_nvml_count(nv) > 1 ? "s" : "");
+    check_memory(d, nv);
+    check_ecc_clocks(d, nv);
+    tfb_nvml_close(nv);
 }
 
 /* Variables that change what tfbench, MPI, NCCL or CUDA do; CUDA_LAUNCH_BLOCKING=1 falsifies every timing. envp
@@ -268,6 +323,7 @@ static void run_checks(doctor *d, const tfb_gpu_probe *g, const rank_facts *all,
     check_kernel_image(d, g);
     check_precision(d, g, have_cat ? &cat : NULL, prec);
     check_libs(d, g);
+    check_nvml(d, g);
     check_needs_backend(d, g);
     check_environment(d, envp);
     printf("%d checks, %d failed\n", d->total, d->fails);

@@ -8,6 +8,8 @@
 #include <omp.h>
 #include "env.h"
 #include "config.h"
+#include "../topology/gpu_probe.h"
+#include "../topology/nvml.h"
 #if HAVE_HWLOC
 #include <hwloc.h>
 #endif
@@ -123,11 +125,87 @@ static void add_variables(cJSON *e) {
     cJSON_AddStringToObject(e, "nccl_conf", buf);
 }
 
+/* The CUDA libraries' versions as they report them; null when not found. */
+static void add_cuda_libraries(cJSON *e) {
+    static const char *const libs[] = {"cudart", "cublas", "cudnn", "nccl"};
+    static const char *const keys[] = {"cuda_runtime", "cublas", "cudnn", "nccl"};
+    for (int i = 0; i < 4; i++) {
+        tfb_lib_probe p;
+        tfb_lib_probe_run(libs[i], &p);
+        if (p.found) cJSON_AddStringToObject(e, keys[i], p.version);
+        else cJSON_AddNullToObject(e, keys[i]);
+    }
+}
+
+/* One GPU: what the driver API says (SMs, compute capability) joined with NVML (UUID, clocks, power, ECC, PCIe). */
+static cJSON *gpu_json(const tfb_gpu_dev *d, const tfb_nvml_gpu *n) {
+    cJSON *g = cJSON_CreateObject();
+    cJSON_AddStringToObject(g, "name", d ? d->name : n->name);
+    cJSON_AddStringToObject(g, "pci_bus_id", d ? d->bus_id : n->busid);
+    if (d) {
+        char cc[24];
+        snprintf(cc, sizeof cc, "%d.%d", d->cc / 10, d->cc % 10);
+        cJSON_AddStringToObject(g, "compute_capability", cc);
+        cJSON_AddNumberToObject(g, "sm_count", d->sms);
+        cJSON_AddNumberToObject(g, "memory_bytes", (double)d->memory_bytes);
+    }
+    if (!n) return g;
+    cJSON_AddStringToObject(g, "uuid", n->uuid);
+    cJSON_AddNumberToObject(g, "sm_clock_mhz", n->sm_mhz);
+    cJSON_AddNumberToObject(g, "sm_clock_max_mhz", n->sm_mhz_max);
+    cJSON_AddNumberToObject(g, "memory_clock_max_mhz", n->mem_mhz_max);
+    cJSON_AddNumberToObject(g, "power_limit_w", n->power_limit_w);
+    if (n->ecc >= 0) cJSON_AddBoolToObject(g, "ecc", n->ecc);
+    char link[48];
+    snprintf(link, sizeof link, "Gen%d x%d (max Gen%d x%d)", n->pcie_gen, n->pcie_width, n->pcie_gen_max,
+             n->pcie_width_max);
+    cJSON_AddStringToObject(g, "pcie_link", link);
+    cJSON_AddNumberToObject(g, "nvlinks_active", n->n_links);
+    return g;
+}
+
+static const tfb_nvml_gpu *nvml_match(const tfb_nvml *nv, const char *bus_id) {
+    for (int k = 0; k < tfb_nvml_count(nv); k++)
+        if (strcmp(tfb_nvml_gpu_info(nv, k)->busid, bus_id) == 0) return tfb_nvml_gpu_info(nv, k);
+    return NULL;
+}
+
+/* GPUs, driver versions (NVML's and the CUDA driver's: they can differ) and the CUDA libraries. The first GPU's
+ * model, clocks and power limit also sit at the top level so that `tfbench compare` lists their changes. */
+static void add_gpus(cJSON *e) {
+    static tfb_gpu_probe probe;
+    char err[200];
+    tfb_gpu_probe_run(&probe);
+    tfb_nvml *nv = tfb_nvml_open(err, sizeof err);
+    if (nv) cJSON_AddStringToObject(e, "nvidia_driver", tfb_nvml_driver(nv));
+    else cJSON_AddNullToObject(e, "nvidia_driver");
+    char v[16];
+    snprintf(v, sizeof v, "%d.%d", probe.driver_version / 1000, probe.driver_version % 1000 / 10);
+    if (probe.driver_found) cJSON_AddStringToObject(e, "cuda_driver", v);
+    else cJSON_AddNullToObject(e, "cuda_driver");
+    add_cuda_libraries(e);
+    cJSON *list = cJSON_CreateArray();
+    int n = probe.n ? probe.n : tfb_nvml_count(nv);
+    for (int i = 0; i < n; i++) {
+        const tfb_gpu_dev *d = probe.n ? &probe.dev[i] : NULL;
+        const tfb_nvml_gpu *x = d ? nvml_match(nv, d->bus_id) : tfb_nvml_gpu_info(nv, i);
+        cJSON_AddItemToArray(list, gpu_json(d, x));
+        if (i > 0) continue;
+        cJSON_AddStringToObject(e, "gpu_model", d ? d->name : x->name);
+        if (x) cJSON_AddNumberToObject(e, "gpu_power_limit_w", x->power_limit_w);
+        if (x) cJSON_AddNumberToObject(e, "gpu_sm_clock_max_mhz", x->sm_mhz_max);
+    }
+    cJSON_AddNumberToObject(e, "gpu_count", n);
+    cJSON_AddItemToObject(e, "gpus", list);
+    tfb_nvml_close(nv);
+}
+
 cJSON *tfb_env_capture(const char *mpi_library) {
     cJSON *e = cJSON_CreateObject();
     if (!e) return NULL;
     add_system(e);
     add_libraries(e, mpi_library);
+    add_gpus(e);
     add_variables(e);
     return e;
 }

@@ -18,7 +18,8 @@ clang "${flags[@]}" tests/fuzz/fuzz_npy.c bench/npy.c kernels/check.c -o "$out/f
 clang "${flags[@]}" tests/fuzz/fuzz_results.c results/compare.c bench/stats.c kernels/check.c -lcjson -lm \
     -o "$out/fuzz_results" || exit 1
 clang "${flags[@]}" tests/fuzz/fuzz_csv.c bench/catalog.c bench/csv.c kernels/check.c -lm -o "$out/fuzz_csv" || exit 1
-clang "${flags[@]}" tests/fuzz/fuzz_topo.c topology/topo.c topology/bind.c kernels/check.c -lhwloc -lm \
+clang "${flags[@]}" tests/fuzz/fuzz_topo.c topology/topo.c topology/topo_nvml.c topology/nvml.c topology/bind.c \
+    kernels/check.c -lhwloc -ldl -lm \
     -o "$out/fuzz_topo" || exit 1
 status=0
 for t in options npy results topo csv; do

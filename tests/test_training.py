@@ -293,14 +293,14 @@ def test_compare():
     shuffled = steps[:]
     random.Random(7).shuffle(shuffled)
     c0(rerun)["per_step"]["step_time_s"] = shuffled
-    rerun["environment"]["nccl"], rerun["environment"]["driver_nvml"] = "2.23", "560.35"
+    rerun["environment"]["nccl"], rerun["environment"]["nvidia_driver"] = "2.23", "560.35"
     base2 = json.loads(json.dumps(base))
-    base2["environment"]["nccl"], base2["environment"]["driver_nvml"] = "2.21", "550.54"
+    base2["environment"]["nccl"], base2["environment"]["nvidia_driver"] = "2.21", "550.54"
     json.dump(rerun, open(path("cmp_rerun"), "w"))
     json.dump(base2, open(path("cmp_base2"), "w"))
     rc, out, err = compare(path("cmp_base2"), path("cmp_rerun"))
     check("compare_noise_only_rerun_unchanged", rc == 0 and "unchanged (within noise)" in out, f"rc {rc} {out} {err}")
-    check("compare_lists_environment_differences", "environment.nccl: 2.21 -> 2.23" in out and "environment.driver_nvml: 550.54 -> 560.35" in out, out)
+    check("compare_lists_environment_differences", "environment.nccl: 2.21 -> 2.23" in out and "environment.nvidia_driver: 550.54 -> 560.35" in out, out)
     rc, out, err = compare("--format", "csv", path("cmp_base"), path("cmp_slow"))
     check("compare_csv_format", rc == 1 and "configuration,base_samples_per_s" in out and ",regression" in out, out)
     other = json.loads(json.dumps(base))
@@ -559,6 +559,19 @@ def test_topology():
     p = subprocess.run([BIN, "topo", "--topology", os.path.join(fix, "2socket-k40m-pcie.xml")], env=ENV, capture_output=True, text=True)
     check("topo_k40m_one_gpu_numa_1_no_nvlink", p.returncode == 0 and "GPU0    X       8-15,24-31              1" in p.stdout
           and "Tesla K40m" in p.stdout and "NV" not in p.stdout.split("Legend")[0], p.stdout[:400])
+    stubs = os.path.join(ROOT, os.environ.get("TFB_BUILD", "build"), "tests")
+    nvml = dict(ENV, TFB_TEST_LIBNVML=os.path.join(stubs, "libfakenvml.so"),
+                FAKE_NVML_BUSIDS="0002:01:00.0,0003:01:00.0,000a:01:00.0,000b:01:00.0")
+    p8 = os.path.join(fix, "power8-4xP100-nvlink.xml")
+    p = subprocess.run([BIN, "topo", "--topology", p8], env=dict(nvml, FAKE_NVML_LINKS="switch"), capture_output=True, text=True)
+    rows = [l.split()[1:5] for l in p.stdout.splitlines()[1:5]]
+    check("topo_nvml_nvswitch_all_pairs_nv18", p.returncode == 0 and rows == [["X", "NV18", "NV18", "NV18"], ["NV18", "X", "NV18", "NV18"],
+          ["NV18", "NV18", "X", "NV18"], ["NV18", "NV18", "NV18", "X"]] and "18 NVLinks via NVSwitch, 450.0 GB/s (NVML)" in p.stdout
+          and "PCIe Gen5 x16 (max Gen5 x16) 63.00 GB/s  GPU-fake-0002" in p.stdout, p.stdout[:1600] + p.stderr)
+    p = subprocess.run([BIN, "topo", "--topology", p8], env=dict(nvml, FAKE_NVML_LINKS="pairs"), capture_output=True, text=True)
+    rows = [l.split()[1:5] for l in p.stdout.splitlines()[1:5]]
+    check("topo_nvml_direct_links_counted", p.returncode == 0 and rows[0] == ["X", "NV4", "SYS", "SYS"] and rows[3] == ["SYS", "SYS", "NV4", "X"]
+          and "4 NVLinks, 100.0 GB/s (NVML)" in p.stdout, p.stdout[:1600])
     bad = os.path.join(TMP, "corrupt.xml")
     open(bad, "w").write("<topology><object")
     crash = os.path.join(fix, "fuzz-crash-numanode-without-complete-nodeset.xml")  # crashed hwloc 2.9 itself
@@ -721,6 +734,15 @@ def test_doctor():
     check("doctor_bf16_on_volta_fails", p.returncode == 1 and "✗ tensor cores" in p.stdout and "Volta" in p.stdout, p.stdout[:1500])
     p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_V100": "1"}, args=["--precision", "fp16"])
     check("doctor_fp16_on_volta_passes", "✓ tensor cores" in p.stdout, p.stdout[:1500])
+    nv = {"TFB_TEST_LIBCUDA": fake, "TFB_TEST_LIBNVML": os.path.join(os.path.dirname(fake), "libfakenvml.so")}
+    p = doctor(nv)
+    check("doctor_nvml_memory_ecc_clocks_pass", "✓ NVML             driver 580.65.06, 2 GPUs" in p.stdout and "✓ GPU memory" in p.stdout
+          and "✓ ECC and clocks   ECC on; GPU 0 SM clock 1755 of 1980 MHz, power limit 700 W" in p.stdout, p.stdout[-1500:])
+    for env_extra, mark, word in (({"FAKE_NVML_THROTTLE": "0x40"}, "✗ clocks", "hardware thermal slowdown"),
+                                  ({"FAKE_NVML_ECC_ERRORS": "3"}, "✗ ECC", "3 uncorrected ECC errors"),
+                                  ({"FAKE_NVML_FREE_MIB": "2000"}, "✗ GPU memory", "in use by other processes")):
+        p = doctor(dict(nv, **env_extra))
+        check(f"doctor_nvml_fails_{mark[2:].replace(' ', '_')}", p.returncode == 1 and mark in p.stdout and word in p.stdout, p.stdout[-1500:])
     p = doctor({"CUDA_LAUNCH_BLOCKING": "1"})
     check("doctor_launch_blocking_fails", p.returncode == 1 and any(l.startswith("✗") and "CUDA_LAUNCH_BLOCKING=1" in l
           for l in p.stdout.splitlines()), p.stdout[-600:])
@@ -731,6 +753,19 @@ def test_doctor():
     p = subprocess.run([BIN, "--output", out, "--progress", "off"] + SMALL + ["--batch", "2", "--steps", "1"],
                        env=dict(ENV, NCCL_ALGO="Ring", OMP_PROC_BIND="close"), capture_output=True, text=True, timeout=120)
     v = json.load(open(out))["environment"].get("variables", {}) if p.returncode == 0 else {}
+    runs = []
+    for driver in ("550.54.15", "560.35.03"):
+        out = os.path.join(TMP, f"gpu_env_{driver}.json")
+        p = subprocess.run([BIN, "--output", out, "--progress", "off"] + SMALL + ["--batch", "2", "--steps", "1"],
+                           env=dict(ENV, FAKE_NVML_DRIVER=driver, **nv), capture_output=True, text=True, timeout=120)
+        runs.append(out if p.returncode == 0 else None)
+    e = json.load(open(runs[0]))["environment"] if runs[0] else {}
+    g = (e.get("gpus") or [{}])[0]
+    check("results_gpu_fingerprint_from_driver_and_nvml", e.get("nvidia_driver") == "550.54.15" and e.get("cuda_driver") == "13.0"
+          and e.get("gpu_count") == 2 and g.get("uuid") == "GPU-fake-0000" and g.get("sm_count") == 132 and g.get("compute_capability") == "9.0"
+          and g.get("power_limit_w") == 700 and g.get("pcie_link") == "Gen5 x16 (max Gen5 x16)" and "nccl" in e, str(e)[:800])
+    c = compare(runs[0], runs[1], "--threshold", "1000") if all(runs) else (2, "runs failed", "")
+    check("compare_lists_driver_change", c[0] == 0 and "environment.nvidia_driver: 550.54.15 -> 560.35.03" in c[1], c[1][:600] + c[2])
     check("results_record_behaviour_variables", v.get("NCCL_ALGO") == "Ring" and v.get("OMP_PROC_BIND") == "close"
           and not any(k.startswith("OMPI_MCA_orte_") or k.startswith("OMPI_MCA_ess") for k in v), str(v))
 

@@ -222,6 +222,7 @@ tfb_status tfb_topo_load(const char *xml, const char *synthetic, tfb_topo *t, ch
     cpu_side(t);
     find_gpus(t);
     classify_pairs(t);
+    tfb_topo_join_nvml(t);
     return TFB_OK;
 }
 
@@ -278,7 +279,10 @@ void tfb_topo_print_links(FILE *f, const tfb_topo *t) {
         const tfb_gpu *g = &t->gpus[i];
         fprintf(f, "  GPU%d  %-28s  pci %s", i, g->name, g->busid);
         if (g->cuda_index >= 0) fprintf(f, "  cuda%d", g->cuda_index);
-        if (g->pcie_gbs > 0) fprintf(f, "  PCIe link %.2f GB/s", g->pcie_gbs);
+        if (g->pcie_gen > 0)
+            fprintf(f, "  PCIe Gen%d x%d (max Gen%d x%d) %.2f GB/s  %s", g->pcie_gen, g->pcie_width, g->pcie_gen_max,
+                    g->pcie_width_max, g->pcie_gbs, g->uuid);
+        else if (g->pcie_gbs > 0) fprintf(f, "  PCIe link %.2f GB/s", g->pcie_gbs);
         fputc('\n', f);
     }
     if (t->other_nvidia) fprintf(f, "  (%d more NVIDIA GPU%s on the PCI bus without a CUDA device)\n", t->other_nvidia,
@@ -289,8 +293,9 @@ void tfb_topo_print_links(FILE *f, const tfb_topo *t) {
             const tfb_gpu_pair *p = &t->pair[i][j];
             double pcie = fmin(t->gpus[i].pcie_gbs, t->gpus[j].pcie_gbs);
             if (p->kind == TFB_LINK_NV)
-                fprintf(f, "  GPU%d <-> GPU%d  NV%d   %d NVLink%s, %.1f GB/s (NVLinkBandwidth); PCIe path %s\n", i, j,
-                        p->nvlinks, p->nvlinks, p->nvlinks > 1 ? "s" : "", p->nvlink_gbs, tfb_link_name(p->pcie));
+                fprintf(f, "  GPU%d <-> GPU%d  NV%d   %d NVLink%s%s, %.1f GB/s (%s); PCIe path %s\n", i, j,
+                        p->nvlinks, p->nvlinks, p->nvlinks > 1 ? "s" : "", p->via_switch ? " via NVSwitch" : "",
+                        p->nvlink_gbs, t->nvml ? "NVML" : "NVLinkBandwidth", tfb_link_name(p->pcie));
             else if (pcie > 0)
                 fprintf(f, "  GPU%d <-> GPU%d  %-5s PCIe, %.2f GB/s (the slower link)\n", i, j, tfb_link_name(p->kind),
                         pcie);

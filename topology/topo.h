@@ -4,8 +4,8 @@
  * PXB, PHB, NODE or SYS (from the PCI tree). The topology is this machine's (hwloc with I/O discovery), a saved
  * hwloc XML (--topology FILE or HWLOC_XMLFILE) or a synthetic description (for tests).
  *
- * This file does not talk to the GPU driver (NVML and the CUDA runtime join later, on PCI bus ids) and does not
- * bind anything (bind.c does).
+ * On this machine, NVML (when present) is joined on PCI ids and its NVLinks replace the saved-matrix reading
+ * (topo_nvml.c). This file does not talk to the CUDA runtime and does not bind anything (bind.c does).
  */
 #ifndef TFB_TOPO_H
 #define TFB_TOPO_H
@@ -23,7 +23,9 @@ typedef struct {
     int cuda_index;           /* from a cudaN OS device; -1 when the topology has none for it */
     int numa;                 /* OS index of the NUMA node it is local to; -1 when unknown */
     char cpulist[256];        /* cores (PUs) local to it, as a list: "0-7,16-23" */
-    double pcie_gbs;          /* PCIe link speed hwloc recorded, GB/s (0: not recorded) */
+    double pcie_gbs;          /* PCIe link speed hwloc recorded (or NVML's current link), GB/s (0: not recorded) */
+    char uuid[96];            /* from NVML ("" without) */
+    int pcie_gen, pcie_width, pcie_gen_max, pcie_width_max; /* from NVML (0 without) */
     void *obj;                /* hwloc PCI object */
 } tfb_gpu;
 
@@ -32,6 +34,7 @@ typedef struct {
     int nvlinks;              /* NV#: bonded links */
     double nvlink_gbs;        /* NVLink bandwidth per direction, GB/s (from the NVLinkBandwidth matrix) */
     tfb_link pcie;            /* the PCIe class under the NVLink, for reference */
+    int via_switch;           /* NV#: through NVSwitches (NVML) */
 } tfb_gpu_pair;
 
 typedef struct {
@@ -52,6 +55,7 @@ typedef struct {
     tfb_gpu_pair pair[TFB_TOPO_MAX_GPUS][TFB_TOPO_MAX_GPUS];
     int other_nvidia;         /* NVIDIA GPUs on the PCI bus without a CUDA device (when the topology has CUDA devices) */
     char cpu_model[128];
+    int nvml;                 /* GPUs and NVLinks joined with NVML (live), not from the saved NVLinkBandwidth matrix */
 } tfb_topo;
 
 /* Loads a topology: xml (a saved hwloc export), else synthetic (an hwloc synthetic string), else HWLOC_XMLFILE,
@@ -68,5 +72,9 @@ void tfb_topo_print_matrix(FILE *f, const tfb_topo *t);
 void tfb_topo_print_links(FILE *f, const tfb_topo *t);
 /* Packages, NUMA nodes (cores, memory), cores and hardware threads. */
 void tfb_topo_print_cpu(FILE *f, const tfb_topo *t);
+/* topo_nvml.c: joins NVML's GPUs to these on PCI (domain, bus, device) and classifies NVLink pairs from NVML's
+ * links (direct: links whose far end is the other GPU; NVSwitch: the smaller of the two GPUs' switch links).
+ * Applies to this machine's topology, or to any when TFB_TEST_LIBNVML names a test stub. Without NVML: nothing. */
+void tfb_topo_join_nvml(tfb_topo *t);
 
 #endif
