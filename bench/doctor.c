@@ -333,6 +333,20 @@ static void run_checks(doctor *d, const tfb_gpu_probe *g, const rank_facts *all,
 
 extern char **environ;
 
+/* The environment as the process started (MPI_Init adds its own variables); NULL-terminated copies. */
+static char **environment_copy(void) {
+    int n = 0;
+    while (environ[n]) n++;
+    char **copy = calloc((size_t)n + 1, sizeof *copy);
+    for (int i = 0; copy && i < n; i++) copy[i] = strdup(environ[i]);
+    return copy;
+}
+
+static void environment_free(char **copy) {
+    for (int i = 0; copy && copy[i]; i++) free(copy[i]);
+    free(copy);
+}
+
 /* --precision P: 0 when absent, -1 for a bad option (message printed), else 1 and *prec set. */
 static int parse_args(int argc, char **argv, int *prec) {
     *prec = -1;
@@ -358,24 +372,20 @@ int tfb_doctor_main(int argc, char **argv) {
     int prec;
     if (parse_args(argc, argv, &prec) < 0) return 2;
     tfb_comm *w = NULL;
-    int zero = 0, n_env = 0;
-    char **none = NULL;
-    while (environ[n_env]) n_env++;
-    char **env0 = calloc((size_t)n_env + 1, sizeof *env0); /* before MPI_Init adds its own variables */
-    for (int i = 0; env0 && i < n_env; i++) env0[i] = strdup(environ[i]);
-    if (tfb_comm_mpi_world(&zero, &none, &w) != TFB_OK) return 1;
+    int zero = 0;
+    char **none = NULL, **env0 = environment_copy();
+    if (tfb_comm_mpi_world(&zero, &none, &w) != TFB_OK) { environment_free(env0); return 1; }
     static tfb_gpu_probe g;
     tfb_gpu_probe_run(&g);
     rank_facts *all = calloc((size_t)w->size, sizeof *all);
     doctor d = {0};
-    if (!all) { tfb_comm_mpi_finalize(); return 1; }
+    if (!all) { environment_free(env0); tfb_comm_mpi_finalize(); return 1; }
     gather_facts(w, &g, all);
     if (w->rank == 0) run_checks(&d, &g, all, w->size, env0, prec);
     int fails = d.fails;
     if (w->bcast(w, &fails, 1, TFB_COMM_I32, 0) != TFB_OK) fails = 1;
     free(all);
-    for (int i = 0; env0 && i < n_env; i++) free(env0[i]);
-    free(env0);
+    environment_free(env0);
     tfb_comm_mpi_finalize();
     return fails ? 1 : 0;
 }

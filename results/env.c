@@ -138,10 +138,14 @@ static void add_cuda_libraries(cJSON *e) {
 }
 
 /* One GPU: what the driver API says (SMs, compute capability) joined with NVML (UUID, clocks, power, ECC, PCIe). */
+static const char *gpu_name(const tfb_gpu_dev *d, const tfb_nvml_gpu *n) {
+    return d ? d->name : n ? n->name : "unknown";
+}
+
 static cJSON *gpu_json(const tfb_gpu_dev *d, const tfb_nvml_gpu *n) {
     cJSON *g = cJSON_CreateObject();
-    cJSON_AddStringToObject(g, "name", d ? d->name : n->name);
-    cJSON_AddStringToObject(g, "pci_bus_id", d ? d->bus_id : n->busid);
+    cJSON_AddStringToObject(g, "name", gpu_name(d, n));
+    cJSON_AddStringToObject(g, "pci_bus_id", d ? d->bus_id : n ? n->busid : "unknown");
     if (d) {
         char cc[24];
         snprintf(cc, sizeof cc, "%d.%d", d->cc / 10, d->cc % 10);
@@ -191,7 +195,7 @@ static void add_gpus(cJSON *e) {
         const tfb_nvml_gpu *x = d ? nvml_match(nv, d->bus_id) : tfb_nvml_gpu_info(nv, i);
         cJSON_AddItemToArray(list, gpu_json(d, x));
         if (i > 0) continue;
-        cJSON_AddStringToObject(e, "gpu_model", d ? d->name : x->name);
+        cJSON_AddStringToObject(e, "gpu_model", gpu_name(d, x));
         if (x) cJSON_AddNumberToObject(e, "gpu_power_limit_w", x->power_limit_w);
         if (x) cJSON_AddNumberToObject(e, "gpu_sm_clock_max_mhz", x->sm_mhz_max);
     }

@@ -35,7 +35,8 @@ static const char *env(const char *name, const char *def) {
     return v && v[0] ? v : def;
 }
 
-static int gpu(void *h) { return (int)(size_t)h - 1; }
+static char handles[16];          /* a device handle is the address of its slot */
+static int gpu(void *h) { return (int)((char *)h - handles); }
 static int links_mode(void) { return strcmp(env("FAKE_NVML_LINKS", "pairs"), "switch") == 0 ? 2 : strcmp(env("FAKE_NVML_LINKS", "pairs"), "none") == 0 ? 0 : 1; }
 
 int nvmlInit_v2(void) {
@@ -50,7 +51,7 @@ int nvmlInit_v2(void) {
 int nvmlShutdown(void) { return 0; }
 int nvmlSystemGetDriverVersion(char *v, unsigned len) { snprintf(v, len, "%s", env("FAKE_NVML_DRIVER", "580.65.06")); return 0; }
 int nvmlDeviceGetCount_v2(unsigned *n) { *n = n_gpus; return 0; }
-int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **h) { if (i >= n_gpus) return 2; *h = (void *)(size_t)(i + 1); return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **h) { if (i >= n_gpus) return 2; *h = &handles[i]; return 0; }
 int nvmlDeviceGetName(void *h, char *s, unsigned len) { (void)h; snprintf(s, len, "NVIDIA H100 80GB HBM3"); return 0; }
 int nvmlDeviceGetUUID(void *h, char *s, unsigned len) { snprintf(s, len, "GPU-fake-%04d", gpu(h)); return 0; }
 int nvmlDeviceGetCudaComputeCapability(void *h, int *major, int *minor) { (void)h; *major = 9; *minor = 0; return 0; }

@@ -46,12 +46,12 @@ static void test_arch(void) {
 /* SMs x rate x boost clock against the datasheet rows: V100 SXM2 (80 SMs, 1530 MHz), A100 (108, 1410),
  * H100 SXM5 (132, 1830 for tensor cores; 1980 for FP32), T4 (40, 1590). */
 static void test_peaks_from_sms(void) {
-    static const struct { const char *dev; int sms; double mhz; tfb_prec p; } cases[] = {
-        {"Tesla V100-SXM2-16GB", 80, 1530, TFB_PREC_FP16}, {"Tesla V100-SXM2-16GB", 80, 1530, TFB_PREC_FP32},
-        {"NVIDIA A100-SXM4-40GB", 108, 1410, TFB_PREC_FP16}, {"NVIDIA A100-SXM4-40GB", 108, 1410, TFB_PREC_TF32},
-        {"NVIDIA A100-SXM4-40GB", 108, 1410, TFB_PREC_FP32}, {"NVIDIA H100 80GB HBM3", 132, 1830, TFB_PREC_FP16},
-        {"NVIDIA H100 80GB HBM3", 132, 1830, TFB_PREC_FP8}, {"NVIDIA H100 80GB HBM3", 132, 1980, TFB_PREC_FP32},
-        {"Tesla T4", 40, 1590, TFB_PREC_FP16},
+    static const struct { const char *dev; double mhz; int sms; tfb_prec p; } cases[] = {
+        {"Tesla V100-SXM2-16GB", 1530, 80, TFB_PREC_FP16}, {"Tesla V100-SXM2-16GB", 1530, 80, TFB_PREC_FP32},
+        {"NVIDIA A100-SXM4-40GB", 1410, 108, TFB_PREC_FP16}, {"NVIDIA A100-SXM4-40GB", 1410, 108, TFB_PREC_TF32},
+        {"NVIDIA A100-SXM4-40GB", 1410, 108, TFB_PREC_FP32}, {"NVIDIA H100 80GB HBM3", 1830, 132, TFB_PREC_FP16},
+        {"NVIDIA H100 80GB HBM3", 1830, 132, TFB_PREC_FP8}, {"NVIDIA H100 80GB HBM3", 1980, 132, TFB_PREC_FP32},
+        {"Tesla T4", 1590, 40, TFB_PREC_FP16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const tfb_gpu_spec *g = tfb_catalog_find(&cat, cases[i].dev);
