@@ -89,24 +89,11 @@ static tfb_status add_arch(void *ctx, char **f, int n, int line, char *err, size
     return TFB_OK;
 }
 
-/* The data folder: $TFB_DATA_DIR, else ../data from the executable's folder. */
-static void default_dir(char *dir, size_t n) {
-    const char *env = getenv("TFB_DATA_DIR");
-    if (env && env[0]) { snprintf(dir, n, "%s", env); return; }
-    char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) { snprintf(dir, n, "data"); return; }
-    exe[len] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = '\0';
-    if (snprintf(dir, n, "%s/../data", exe) >= (int)n) snprintf(dir, n, "data");
-}
-
 tfb_status tfb_catalog_load(tfb_catalog *c, const char *dir, char *err, size_t n) {
     char base[PATH_MAX], path[PATH_MAX + 32], msg[512];
     memset(c, 0, sizeof *c);
     if (dir) snprintf(base, sizeof base, "%s", dir);
-    else default_dir(base, sizeof base);
+    else tfb_csv_data_dir(base, sizeof base);
     snprintf(path, sizeof path, "%s/gpus.csv", base);
     tfb_status st = tfb_csv_read(path, GPU_HEADER, add_gpu, c, msg, sizeof msg);
     if (st == TFB_OK) {

@@ -1,10 +1,12 @@
 /* csv.c — see csv.h. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "csv.h"
 
 static char *trim(char *s) {
@@ -79,4 +81,16 @@ tfb_status tfb_csv_read(const char *path, const char *header, tfb_csv_row_fn row
     tfb_status st = read_rows(f, path, header, row, ctx, err, n);
     fclose(f);
     return st;
+}
+
+void tfb_csv_data_dir(char *dir, size_t n) {
+    const char *env = getenv("TFB_DATA_DIR");
+    if (env && env[0]) { snprintf(dir, n, "%s", env); return; }
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) { snprintf(dir, n, "data"); return; }
+    exe[len] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    if (snprintf(dir, n, "%s/../data", exe) >= (int)n) snprintf(dir, n, "data");
 }

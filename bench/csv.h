@@ -17,6 +17,9 @@ int tfb_csv_split(char *line, char **fields, int max);
 /* Reads `path`; the first data line must equal `header` (after trimming). Errors name the file and line. */
 tfb_status tfb_csv_read(const char *path, const char *header, tfb_csv_row_fn row, void *ctx, char *err,
                         size_t err_len);
+/* tfbench's data folder (GPU catalog, published figures): $TFB_DATA_DIR, else data/ beside the executable's
+ * folder (../data from it). */
+void tfb_csv_data_dir(char *dir, size_t n);
 /* A number from a field: empty gives `empty`; anything not a finite number in [lo, hi] is an error. */
 tfb_status tfb_csv_number(const char *field, double empty, double lo, double hi, double *out);
 

@@ -7,10 +7,12 @@
 #include "run.h"
 #include "topo_main.h"
 #include "../results/compare.h"
+#include "../results/report_machines.h"
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "compare") == 0) return tfb_compare_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "topo") == 0) return tfb_topo_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "report") == 0) return tfb_report_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "doctor") == 0) return tfb_doctor_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "estimate") == 0) return tfb_estimate_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "links") == 0) return tfb_links_main(argc - 1, argv + 1);

@@ -1,34 +1,12 @@
 /* compare.c — see compare.h. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "compare.h"
-#include "results_json.h"
+#include "results_read.h"
 #include "../bench/stats.h"
-
-#define MAX_FILE_BYTES (256L << 20)
-
-static void value_text(const cJSON *v, char *buf, size_t len);
-
-/* One configuration of a results file that ran. */
-typedef struct {
-    const cJSON *config;
-    double throughput;
-    double *steps;           /* per-step times (global) */
-    int n_steps;
-} run_config;
-
-enum { MAX_CONFIGS = 256 };
-
-typedef struct {
-    const char *path;
-    cJSON *root, *env;
-    run_config cfg[MAX_CONFIGS];
-    int n_cfg;
-} run_file;
 
 /* The fields that make two configurations the same experiment (a field one file lacks is not compared, so
  * schema 1 files, which predate the layout fields, still match). */
@@ -40,107 +18,11 @@ static const char *const KEY_FIELDS[] = {"model", "precision", "strategy", "scal
 static const char *const LAYOUT_FIELDS[] = {"strategy", "ranks", "data_parallel_size", "tensor_parallel_size",
                                             "pipeline_parallel_size", NULL};
 
-static char *slurp(const char *path, char *err, size_t len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, len, "%s: cannot open (%s)", path, strerror(errno)); return NULL; }
-    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    char *buf = NULL;
-    if (size < 0 || size > MAX_FILE_BYTES) snprintf(err, len, "%s: unreadable or larger than 256 MiB", path);
-    else if (size == 0) snprintf(err, len, "%s: empty file", path);
-    else if ((buf = malloc((size_t)size + 1)) && fseek(f, 0, SEEK_SET) == 0 && fread(buf, 1, (size_t)size, f) == (size_t)size)
-        buf[size] = '\0';
-    else { free(buf); buf = NULL; snprintf(err, len, "%s: read failed", path); }
-    fclose(f);
-    return buf;
-}
-
-static int load_steps(run_config *r, const cJSON *arr) {
-    int n = cJSON_GetArraySize(arr);
-    r->steps = n > 0 ? malloc((size_t)n * sizeof(double)) : NULL;
-    if (!r->steps) return 0;
-    for (int i = 0; i < n; i++) {
-        const cJSON *v = cJSON_GetArrayItem(arr, i);
-        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) return 0;
-        r->steps[i] = v->valuedouble;
-    }
-    r->n_steps = n;
-    return 1;
-}
-
-/* One configuration object (schema 2) or the whole file (schema 1): config, throughput, per-step times. */
-static int config_parse(run_config *c, const cJSON *obj) {
-    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(obj, "summary");
-    const cJSON *tp = cJSON_GetObjectItemCaseSensitive(sum, "throughput_samples_per_s");
-    const cJSON *steps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "per_step"),
-                                                          "step_time_s");
-    c->config = cJSON_GetObjectItemCaseSensitive(obj, "config");
-    if (!cJSON_IsObject(c->config) || !cJSON_IsNumber(tp) || !(tp->valuedouble > 0) || !cJSON_IsArray(steps) ||
-        !load_steps(c, steps))
-        return 0;
-    c->throughput = tp->valuedouble;
-    return 1;
-}
-
-/* Schema 2: every configuration that ran (skipped ones carry no measurements). */
-static int configs_parse(run_file *r, const cJSON *list) {
-    const cJSON *item;
-    if (!cJSON_IsArray(list)) return 0;
-    cJSON_ArrayForEach(item, list) {
-        if (cJSON_GetObjectItemCaseSensitive(item, "skipped")) continue;
-        if (r->n_cfg == MAX_CONFIGS || !config_parse(&r->cfg[r->n_cfg], item)) return 0;
-        r->n_cfg++;
-    }
-    return r->n_cfg > 0;
-}
-
-/* Parses and validates the text of a results file into r (r->root owned by r even on failure). */
-static int run_parse(run_file *r, const char *text, const char *path, char *err, size_t len) {
-    r->path = path;
-    r->root = cJSON_Parse(text);
-    if (!cJSON_IsObject(r->root)) { snprintf(err, len, "%s: not a JSON object (truncated or not a results file)", path); return 0; }
-    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(r->root, "schema_version");
-    int v1 = cJSON_IsNumber(ver) && ver->valuedouble == 1;
-    if (!cJSON_IsNumber(ver) || (!v1 && ver->valuedouble != TFB_SCHEMA_VERSION)) {
-        char v[64];
-        value_text(ver, v, sizeof v);
-        snprintf(err, len, "%s: schema_version %s is not supported (this tfbench reads 1 and %d)", path, v,
-                 TFB_SCHEMA_VERSION);
-        return 0;
-    }
-    r->env = cJSON_GetObjectItemCaseSensitive(r->root, "environment");
-    int ok = v1 ? config_parse(&r->cfg[0], r->root) : configs_parse(r, cJSON_GetObjectItemCaseSensitive(r->root,
-                                                                                                      "configurations"));
-    if (v1 && ok) r->n_cfg = 1;
-    if (!ok) snprintf(err, len, "%s: missing or invalid config, throughput or per-step times", path);
-    return ok;
-}
-
-static void run_free(run_file *r) {
-    cJSON_Delete(r->root);
-    for (int i = 0; i < MAX_CONFIGS; i++) free(r->cfg[i].steps);
-}
-
-static int run_load(run_file *r, const char *path, char *err, size_t len) {
-    char *text = slurp(path, err, len);
-    int ok = text && run_parse(r, text, path, err, len);
-    free(text);
-    return ok;
-}
-
 int tfb_compare_check_text(const char *text, char *err, size_t len) {
-    static run_file r;
-    memset(&r, 0, sizeof r);
-    int ok = run_parse(&r, text, "input", err, len);
-    run_free(&r);
+    static tfb_run_file r;
+    int ok = tfb_run_file_parse(&r, text, "input", err, len);
+    tfb_run_file_free(&r);
     return ok;
-}
-
-/* A scalar JSON value as text ("-" when absent). */
-static void value_text(const cJSON *v, char *buf, size_t len) {
-    if (cJSON_IsString(v)) snprintf(buf, len, "%s", v->valuestring);
-    else if (cJSON_IsNumber(v)) snprintf(buf, len, "%.15g", v->valuedouble);
-    else if (cJSON_IsBool(v)) snprintf(buf, len, "%s", cJSON_IsTrue(v) ? "true" : "false");
-    else snprintf(buf, len, "-");
 }
 
 /* Prints "  section.key: A -> B" for every scalar field of the two objects that differs; returns how many. */
@@ -158,8 +40,8 @@ static int print_differences(FILE *f, const char *section, const cJSON *a, const
             for (int i = 0; only && only[i]; i++) listed |= strcmp(only[i], item->string) == 0;
             if (!listed) continue;
             char va[256], vb[256];
-            value_text(cJSON_GetObjectItemCaseSensitive(a, item->string), va, sizeof va);
-            value_text(cJSON_GetObjectItemCaseSensitive(b, item->string), vb, sizeof vb);
+            tfb_json_value_text(cJSON_GetObjectItemCaseSensitive(a, item->string), va, sizeof va);
+            tfb_json_value_text(cJSON_GetObjectItemCaseSensitive(b, item->string), vb, sizeof vb);
             if (strcmp(va, vb) == 0) continue;
             if (f) fprintf(f, "  %s.%s: %s -> %s\n", section, item->string, va, vb);
             n++;
@@ -209,7 +91,7 @@ typedef struct {
     const char *verdict;
 } comparison;
 
-static comparison compare_runs(const run_config *a, const run_config *b, double threshold) {
+static comparison compare_runs(const tfb_run_config *a, const tfb_run_config *b, double threshold) {
     comparison c = {.change_pct = (b->throughput / a->throughput - 1.0) * 100.0};
     c.p = tfb_mann_whitney_p(a->steps, (size_t)a->n_steps, b->steps, (size_t)b->n_steps);
     int beyond_noise = c.p < 0.01, matters = fabs(c.change_pct) >= threshold;
@@ -218,13 +100,13 @@ static comparison compare_runs(const run_config *a, const run_config *b, double 
     return c;
 }
 
-static void config_name(const run_config *a, char *name, size_t len) {
+static void config_name(const tfb_run_config *a, char *name, size_t len) {
     char model[64] = "", prec[16] = "", ranks[16] = "", strat[32] = "", d[16] = "", t[16] = "", p[16] = "";
     const char *keys[] = {"model", "precision", "ranks", "strategy", "data_parallel_size", "tensor_parallel_size",
                           "pipeline_parallel_size"};
     char *vals[] = {model, prec, ranks, strat, d, t, p};
     size_t sizes[] = {sizeof model, sizeof prec, sizeof ranks, sizeof strat, sizeof d, sizeof t, sizeof p};
-    for (int i = 0; i < 7; i++) value_text(cJSON_GetObjectItemCaseSensitive(a->config, keys[i]), vals[i], sizes[i]);
+    for (int i = 0; i < 7; i++) tfb_json_value_text(cJSON_GetObjectItemCaseSensitive(a->config, keys[i]), vals[i], sizes[i]);
     if (strcmp(strat, "-") == 0) snprintf(name, len, "%s %s %s ranks", model, prec, ranks);
     else snprintf(name, len, "%s %s %s %sx%sx%s", model, prec, strat, d, t, p);
 }
@@ -240,7 +122,7 @@ static void print_header(FILE *f, const compare_opts *o) {
     }
 }
 
-static void print_result(FILE *f, const compare_opts *o, const run_config *a, const run_config *b,
+static void print_result(FILE *f, const compare_opts *o, const tfb_run_config *a, const tfb_run_config *b,
                          const comparison *c) {
     char name[200];
     config_name(a, name, sizeof name);
@@ -258,7 +140,7 @@ static void print_result(FILE *f, const compare_opts *o, const run_config *a, co
 }
 
 /* The configuration of b with the same layout as a, or NULL. */
-static const run_config *match(const run_config *a, const run_file *b) {
+static const tfb_run_config *match(const tfb_run_config *a, const tfb_run_file *b) {
     for (int i = 0; i < b->n_cfg; i++)
         if (!print_differences(NULL, "config", a->config, b->cfg[i].config, LAYOUT_FIELDS)) return &b->cfg[i];
     return NULL;
@@ -266,10 +148,10 @@ static const run_config *match(const run_config *a, const run_file *b) {
 
 /* Compares every configuration of a with its match in b; returns 1 when something regressed, 2 when the files
  * hold different experiments (and not forced). */
-static int compare_files(const compare_opts *o, const run_file *a, const run_file *b) {
+static int compare_files(const compare_opts *o, const tfb_run_file *a, const tfb_run_file *b) {
     int regressed = 0, rows = 0;
     for (int i = 0; i < a->n_cfg; i++) {
-        const run_config *x = &a->cfg[i], *y = a->n_cfg == 1 && b->n_cfg == 1 ? &b->cfg[0] : match(x, b);
+        const tfb_run_config *x = &a->cfg[i], *y = a->n_cfg == 1 && b->n_cfg == 1 ? &b->cfg[0] : match(x, b);
         if (!y) continue;
         if (print_differences(NULL, "config", x->config, y->config, KEY_FIELDS) && !o->force) {
             fprintf(stderr, "tfbench compare: the runs are different experiments (use --force to compare anyway):\n");
@@ -301,17 +183,15 @@ static int compare_files(const compare_opts *o, const run_file *a, const run_fil
 
 int tfb_compare_main(int argc, char **argv) {
     compare_opts o;
-    static run_file a, b;
+    static tfb_run_file a, b;
     char err[512];
     int code = 2;
-    memset(&a, 0, sizeof a);
-    memset(&b, 0, sizeof b);
     if (!parse_args(argc, argv, &o)) return 2;
-    if (!run_load(&a, o.base, err, sizeof err) || !run_load(&b, o.new_, err, sizeof err))
+    if (!tfb_run_file_load(&a, o.base, err, sizeof err) || !tfb_run_file_load(&b, o.new_, err, sizeof err))
         fprintf(stderr, "tfbench compare: %s\n", err);
     else
         code = compare_files(&o, &a, &b);
-    run_free(&a);
-    run_free(&b);
+    tfb_run_file_free(&a);
+    tfb_run_file_free(&b);
     return code;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes tfbench's input handling with libFuzzer (clang): the command-line parser, the .npy reader, the
-# results-file reader of `tfbench compare`, the loading of saved topologies (hwloc XML) and the CSV data files
-# (GPU catalog, architecture table), each for SECONDS (default 120) under AddressSanitizer and
+# results-file reader behind `tfbench compare` and `tfbench report`, the loading of saved topologies (hwloc XML)
+# and the CSV files (GPU catalog, architecture table, published figures, report prices), each for SECONDS (default 120) under AddressSanitizer and
 # UndefinedBehaviorSanitizer, seeded from tests/fuzz/corpus.
 # Prints executions and crashes per target; a crash leaves its input in build-fuzz/ and fails the script.
 # usage: scripts/fuzz.sh [SECONDS]
@@ -15,9 +15,10 @@ flags=(-g -O1 -std=c11 -D_GNU_SOURCE -DTFB_VERSION='"fuzz"' -I"$out" -fsanitize=
        -fno-sanitize-recover=undefined)
 clang "${flags[@]}" tests/fuzz/fuzz_options.c bench/options.c bench/models.c kernels/check.c -o "$out/fuzz_options" || exit 1
 clang "${flags[@]}" tests/fuzz/fuzz_npy.c bench/npy.c kernels/check.c -o "$out/fuzz_npy" || exit 1
-clang "${flags[@]}" tests/fuzz/fuzz_results.c results/compare.c bench/stats.c kernels/check.c -lcjson -lm \
+clang "${flags[@]}" tests/fuzz/fuzz_results.c results/compare.c results/results_read.c results/report_machines.c \
+    results/report_data.c bench/csv.c bench/stats.c kernels/check.c -lcjson -lm \
     -o "$out/fuzz_results" || exit 1
-clang "${flags[@]}" tests/fuzz/fuzz_csv.c bench/catalog.c bench/csv.c kernels/check.c -lm -o "$out/fuzz_csv" || exit 1
+clang "${flags[@]}" tests/fuzz/fuzz_csv.c bench/catalog.c bench/csv.c results/report_data.c kernels/check.c -lm -o "$out/fuzz_csv" || exit 1
 clang "${flags[@]}" tests/fuzz/fuzz_topo.c topology/topo.c topology/topo_nvml.c topology/nvml.c topology/bind.c \
     kernels/check.c -lhwloc -ldl -lm \
     -o "$out/fuzz_topo" || exit 1

@@ -11,13 +11,15 @@
   relative to its largest element.
 - --dump writes initial parameters, the first batch and the first gradients as readable .npy files.
 - --log writes run start, configuration, every step, every trial and the run's end as JSON lines.
+- report: three results files give the best layout per device count, efficiency, reference ratios, prices and
+  the geometric mean that the test computes on its own from the files; published rows stay out of the mean.
 - Every bad input exits with status 2, prints one line naming the flag, and writes no results file; random
   argument vectors exit with 0 or 2 only.
 - Faults: a rank that fails, exits or is killed ends the job with a message and no results file; a stalled rank
   is ended by the --timeout watchdog naming each rank's operation; a NaN on one rank is seen by every rank; a
   results directory removed mid-run leaves the results in a fallback file; concurrent runs never share a file.
 """
-import array, json, os, random, shutil, signal, struct, subprocess, sys, tempfile, time
+import array, csv, io, json, math, os, random, shutil, signal, struct, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, os.environ.get("TFB_BUILD", "build"), "tfbench")
@@ -319,6 +321,103 @@ def test_compare():
     for name in list(bad) + ["huge", "missing"]:
         rc, out, err = compare(path("cmp_base"), path("bad_" + name))
         check(f"compare_bad_file_{name}_exit2", rc == 2 and err.startswith("tfbench compare:") and len(err.splitlines()) == 1, f"rc {rc} {err!r}")
+
+
+def report(*args):
+    p = subprocess.run([BIN, "report"] + list(args), env=ENV, capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def report_expected(files, ref):
+    """Independently of tfbench: best samples/s per (workload, devices) per file, and each file's geometric mean
+    over the reference's at every (workload, devices) both have."""
+    best = {}
+    for label, res in files.items():
+        for c in res["configurations"]:
+            if "skipped" in c:
+                continue
+            k = c["config"]
+            per_device = k["global_batch"] // k["ranks"] if k["scaling"] == "weak" else k["global_batch"]
+            key = (label, k["model"], k["precision"], k["seq_len"], per_device, k["ranks"])
+            best[key] = max(best.get(key, 0), c["summary"]["throughput_samples_per_s"])
+    geo = {}
+    for label in files:
+        ratios = [v / best[(ref,) + key[1:]] for key, v in best.items() if key[0] == label and (ref,) + key[1:] in best]
+        geo[label] = (math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else None, len(ratios))
+    return best, geo
+
+
+def test_report():
+    path = lambda n: os.path.join(TMP, n + ".json")
+    args = ["--model", "bert-tiny", "--seq-len", "32", "--batch", "2", "--steps", "4", "--warmup", "1", "--peak-tflops", "1"]
+    runs = {}
+    for name, extra in (("rep_a", []), ("rep_b", ["--threads", "1"])):
+        p, _ = tfbench(args + extra, 2, name)
+        runs[name] = json.load(open(path(name))) if p.returncode == 0 else None
+        check(f"report_input_run_{name}", runs[name] is not None, p.stderr[-300:])
+    if None in runs.values():
+        return
+    c = json.loads(json.dumps(runs["rep_a"]))  # a third machine: run a's measurements at 0.8x, one workload moved
+    for cfg in c["configurations"]:
+        if "summary" in cfg:
+            cfg["summary"]["throughput_samples_per_s"] *= 0.8
+    json.dump(c, open(path("rep_c"), "w"))
+    rn = json.loads(json.dumps(runs["rep_a"]))  # a ResNet-50 FP16 workload, to meet the published figures
+    for cfg in rn["configurations"]:
+        cfg["config"].update(model="resnet50", precision="fp16", image_size=224)
+    json.dump(rn, open(path("rep_rn"), "w"))
+    files = {"A": runs["rep_a"], "B": runs["rep_b"], "C": c}
+    prices = os.path.join(TMP, "prices.csv")
+    open(prices, "w").write("machine,price,power_w\nA,10000,400\nB,5000,\nC,20000,250\n")
+    fargs = ["A=" + path("rep_a"), "B=" + path("rep_b"), "C=" + path("rep_c"), "--prices", prices, "--kwh-price", "0.25"]
+    rc, out, err = report(*fargs, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out))) if rc == 0 else []
+    best, geo = report_expected(files, "A")
+    got = {(r["machine"], r["model"], r["precision"], int(r["seq_len"]), int(r["batch"]), int(r["devices"])): float(r["samples_per_s"]) for r in rows}
+    check("report_best_layout_per_device_count", rc == 0 and got.keys() == best.keys()
+          and all(abs(got[k] / v - 1) < 1e-5 for k, v in best.items()), f"rc {rc} {err} {sorted(got.items())} {sorted(best.items())}")
+    ok = True
+    for r in rows:
+        key = (r["machine"],) + tuple(list(got)[0][1:4]) + (int(r["batch"]),)
+        one, top, n = best[key + (1,)], max(k[5] for k in best if k[0] == r["machine"]), int(r["devices"])
+        tp = float(r["samples_per_s"])
+        ok &= abs(float(r["efficiency"]) - tp / (n * one)) < 1e-5 * tp / (n * one)
+        ok &= abs(float(r["vs_reference"]) - tp / best[("A",) + key[1:] + (n,)]) < 1e-5
+        price, watts = {"A": (10000, 400), "B": (5000, 0), "C": (20000, 250)}[r["machine"]]
+        if n == top:
+            cost = 1e6 / tp * (price / (3 * 365.25 * 86400) + watts / 1000 * 0.25 / 3600)
+            ok &= abs(float(r["samples_per_s_per_1000"]) / (tp * 1000 / price) - 1) < 1e-5
+            ok &= abs(float(r["cost_per_million_samples"]) / cost - 1) < 1e-5
+            ok &= (r["samples_per_kwh"] == "") if not watts else abs(float(r["samples_per_kwh"]) / (tp * 3.6e6 / watts) - 1) < 1e-5
+        else:
+            ok &= r["samples_per_s_per_1000"] == "" and r["cost_per_million_samples"] == ""
+    check("report_efficiency_reference_ratio_prices_match_independent_values", ok and len(rows) > 0, out)
+    rc, out, err = report(*fargs)
+    means = {l.split()[0]: l.split() for l in out.splitlines() if l.split() and l.split()[0] in "ABC" and l.rstrip().endswith("x")}
+    ok = rc == 0 and all(len(means.get(m, [])) >= 3 and means[m][-2] == f"{geo[m][0]:.3f}x" and means[m][-3] == str(geo[m][1])
+                         for m in "ABC")
+    ok &= abs(geo["C"][0] - 0.8) < 1e-9 and f"{geo['C'][0] * 10000 / 20000:.3f}x" == means.get("C", [""])[-1]
+    check("report_geometric_mean_and_per_price_vs_reference", ok and "geometric mean" in out, f"{geo} {means} {out[-1500:]} {err}")
+    rc, out, err = report("--reference", "B", "A=" + path("rep_a"), "B=" + path("rep_b"))
+    check("report_reference_option", rc == 0 and "reference B" in out and "ref" in out, out + err)
+    rc, out, err = report("A=" + path("rep_a"), "rn=" + path("rep_rn"))
+    pub = [l for l in out.splitlines() if l.startswith("published [")]
+    check("report_published_rows_marked_and_outside_the_mean", rc == 0 and any("H200" in l and "24479" in l for l in pub)
+          and "published, not measured by tfbench" in out
+          and any(l.split()[:1] == ["rn"] and l.split()[-2:] == ["0", "-"] for l in out.splitlines()),
+          out[-2500:] + err)
+    rc, out, err = report("--format", "markdown", "A=" + path("rep_a"))
+    check("report_markdown", rc == 0 and "| machine " in out and "|---|" in out, out)
+    bad_prices = os.path.join(TMP, "bad_prices.csv")
+    for name, content, argv in (("missing_file", None, [path("nope")]), ("not_json", "x", [path("bad_report")]),
+                                ("bad_price", "machine,price,power_w\nA,-3\n", ["--prices", bad_prices, "A=" + path("rep_a")]),
+                                ("bad_header", "label,price\nA,3\n", ["--prices", bad_prices, "A=" + path("rep_a")]),
+                                ("duplicate_label", None, [path("rep_a"), path("rep_a")]),
+                                ("unknown_reference", None, ["--reference", "Z", path("rep_a")]), ("no_files", None, [])):
+        if content is not None:
+            open(bad_prices if "price" in name or "header" in name else path("bad_report"), "w").write(content)
+        rc, out, err = report(*argv)
+        check(f"report_bad_input_{name}_exit2", rc == 2 and out == "" and err.startswith("tfbench report:") and len(err.splitlines()) == 1, f"rc {rc} {err!r}")
 
 
 def npy_shape(path):
@@ -790,7 +889,7 @@ def test_comparison_run():
           and len(lines) == 8 and len(skipped) == 1 and "heads" in skipped[0]["skipped"], f"{lines[:3]} {skipped}")
 
 
-for t in (test_bad_input, test_estimate, test_checkpointing, test_doctor, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
+for t in (test_bad_input, test_estimate, test_checkpointing, test_doctor, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_report, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
     t()
 if failures:
     print(f"test files kept in {TMP}")
