@@ -295,6 +295,12 @@ static tfb_status links_run(links_ctx *L) {
 
 int tfb_links_main(int argc, char **argv) {
     static links_ctx L;
+    if (argc > 1 && strcmp(argv[1], "--help") == 0) {
+        printf("usage: [mpirun -np N] tfbench links [-b SIZE] [-e SIZE] [-f FACTOR] [-n ITERS] [-w WARMUP] "
+               "[--output FILE]\n  point-to-point matrix between ranks, then all-reduce, all-gather, reduce-scatter, "
+               "broadcast and send/recv sweeps from -b to -e bytes (x -f), nccl-tests' algbw and busbw\n");
+        return 0;
+    }
     if (tfb_comm_mpi_world(&argc, &argv, &L.w) != TFB_OK) return 1;
     tfb_status st = TFB_ERR_ARG;
     char err[600] = "";

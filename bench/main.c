@@ -1,4 +1,4 @@
-/* main.c — tfbench's entry point: subcommands (compare, topo, estimate without MPI; links and doctor with it) are dispatched here;
+/* main.c — tfbench's entry point: subcommands (compare, report, topo, estimate without MPI; links and doctor with it) are dispatched here;
  * everything else is the run driver (run.c). This file only owns the process. */
 #include <string.h>
 #include "doctor.h"

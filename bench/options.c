@@ -208,4 +208,11 @@ void tfb_options_help(FILE *f) {
         if (s->kind != OPT_FLAG) fprintf(f, " [%s]", s->def[0] ? s->def : "none");
         fputc('\n', f);
     }
+    fprintf(f, "\nsubcommands (each takes --help):\n"
+               "  tfbench compare BASE.json NEW.json   regression check between two results files\n"
+               "  tfbench report A.json B.json ...     one table across machines (prices, published figures)\n"
+               "  tfbench estimate                     memory per device, largest batch per GPU\n"
+               "  tfbench topo                         GPU matrix, links, CPU side, where ranks run\n"
+               "  tfbench links                        point-to-point and collective bandwidth between ranks\n"
+               "  tfbench doctor                       is this machine ready: launcher, MPI, binding, driver, GPUs\n");
 }

@@ -59,6 +59,12 @@ typedef struct {
 static int parse_args(int argc, char **argv, compare_opts *o) {
     *o = (compare_opts){.threshold_pct = 3.0, .format = "text"};
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0) {
+            printf("usage: tfbench compare [--threshold PCT] [--format text|markdown|csv|json] [--force] BASE.json "
+                   "NEW.json\n  exit 0: nothing regressed; 1: a regression beyond --threshold and noise; 2: bad "
+                   "input\n");
+            return -1;
+        }
         if (strcmp(argv[i], "--force") == 0) o->force = 1;
         else if (strcmp(argv[i], "--threshold") == 0 && i + 1 < argc) {
             char *end;
@@ -186,7 +192,8 @@ int tfb_compare_main(int argc, char **argv) {
     static tfb_run_file a, b;
     char err[512];
     int code = 2;
-    if (!parse_args(argc, argv, &o)) return 2;
+    int parsed = parse_args(argc, argv, &o);
+    if (parsed <= 0) return parsed < 0 ? 0 : 2;
     if (!tfb_run_file_load(&a, o.base, err, sizeof err) || !tfb_run_file_load(&b, o.new_, err, sizeof err))
         fprintf(stderr, "tfbench compare: %s\n", err);
     else

@@ -60,6 +60,9 @@ typedef struct {
     tfb_published_set pub;
 } report;
 
+#define USAGE "tfbench report [--reference LABEL] [--prices FILE] [--lifetime-years Y] [--kwh-price X] " \
+              "[--format text|markdown|csv] [--no-published] [LABEL=]RESULTS.json ..."
+
 static int bad(const char *fmt, const char *what) {
     fprintf(stderr, "tfbench report: ");
     fprintf(stderr, fmt, what);
@@ -93,10 +96,9 @@ static int parse_options(int argc, char **argv, report *r, int *files) {
         else if (strcmp(a, "--lifetime-years") == 0 && !number_arg(a, v, 0.01, 100, &o->lifetime_years)) return 0;
         else if (strcmp(a, "--kwh-price") == 0 && !number_arg(a, v, 0, 1e6, &o->kwh_price)) return 0;
         else if (strcmp(a, "--no-published") == 0) o->published = 0;
+        else if (strcmp(a, "--help") == 0) { printf("usage: %s\n", USAGE); *files = -1; return 1; }
         else if (a[0] == '-' && !takes)
-            return bad("%s: unknown option (usage: tfbench report [--reference LABEL] [--prices FILE] "
-                       "[--lifetime-years Y] [--kwh-price X] [--format text|markdown|csv] [--no-published] "
-                       "[LABEL=]RESULTS.json ...)", a);
+            return fprintf(stderr, "tfbench report: %s: unknown option (usage: %s)\n", a, USAGE), 0;
         else if (a[0] != '-') ++*files;
         i += takes;
     }
@@ -592,9 +594,9 @@ static void report_free(report *r) {
 static int report_load(report *r, int argc, char **argv) {
     int files;
     char err[700];
-    if (!parse_options(argc, argv, r, &files) || !machines_load(r, argc, argv) || !reference_find(r) ||
-        !prices_load(r))
-        return 0;
+    if (!parse_options(argc, argv, r, &files)) return 0;
+    if (files < 0) return -1; /* --help */
+    if (!machines_load(r, argc, argv) || !reference_find(r) || !prices_load(r)) return 0;
     if (r->o.published && tfb_published_load(&r->pub, NULL, err, sizeof err) != TFB_OK)
         return bad("published figures: %s (--no-published leaves them out)", err);
     return 1;
@@ -604,6 +606,7 @@ int tfb_report_main(int argc, char **argv) {
     static report r;
     memset(&r, 0, sizeof r);
     int ok = report_load(&r, argc, argv);
+    if (ok < 0) return 0;
     if (ok && strcmp(r.o.format, "csv") == 0) {
         csv_header();
         for (int w = 0; w < r.n_w; w++) workload_print_csv(&r, w);

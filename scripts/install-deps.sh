@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages tfbench builds and tests with (clang for fuzzing, clang-tidy and cppcheck for static analysis, valgrind), when they are missing. As root it runs apt-get;
+# Installs the Debian packages tfbench builds and tests with (clang for fuzzing, clang-tidy and cppcheck for static analysis, valgrind, gnuplot for scripts/plot), when they are missing. As root it runs apt-get;
 # otherwise it prints the exact apt-get line and fails. The CUDA toolkit is optional and never installed here.
 set -euo pipefail
 pkgs=(build-essential libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libcjson-dev libhwloc-dev python3
-      clang libclang-rt-14-dev clang-tidy cppcheck valgrind)
+      clang libclang-rt-14-dev clang-tidy cppcheck valgrind gnuplot-nox)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

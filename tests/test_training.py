@@ -13,6 +13,7 @@
 - --log writes run start, configuration, every step, every trial and the run's end as JSON lines.
 - report: three results files give the best layout per device count, efficiency, reference ratios, prices and
   the geometric mean that the test computes on its own from the files; published rows stay out of the mean.
+- scripts/plot writes the throughput, efficiency and report images as PNG files of the expected size.
 - Every bad input exits with status 2, prints one line naming the flag, and writes no results file; random
   argument vectors exit with 0 or 2 only.
 - Faults: a rank that fails, exits or is killed ends the job with a message and no results file; a stalled rank
@@ -418,6 +419,31 @@ def test_report():
             open(bad_prices if "price" in name or "header" in name else path("bad_report"), "w").write(content)
         rc, out, err = report(*argv)
         check(f"report_bad_input_{name}_exit2", rc == 2 and out == "" and err.startswith("tfbench report:") and len(err.splitlines()) == 1, f"rc {rc} {err!r}")
+    test_plot([path("rep_a")], ["A=" + path("rep_a"), "rn=" + path("rep_rn")])
+
+
+def png_size(path):
+    """(width, height) from a PNG's IHDR, or None when the file is not a PNG."""
+    head = open(path, "rb").read(24) if os.path.exists(path) else b""
+    return struct.unpack(">II", head[16:24]) if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" else None
+
+
+def test_plot(runs, machines):
+    plot = os.path.join(ROOT, "scripts", "plot")
+    prefix = os.path.join(TMP, "plotted")
+    p = subprocess.run([plot, runs[0], "-o", prefix], env=dict(ENV, TFB_BIN=BIN), capture_output=True, text=True, timeout=120)
+    pngs = [prefix + "-throughput.png", prefix + "-efficiency.png"]
+    check("plot_throughput_and_efficiency_png", p.returncode == 0 and p.stdout.split() == pngs
+          and all(png_size(f) == (1000, 640) and os.path.getsize(f) > 10000 for f in pngs), p.stdout + p.stderr)
+    p = subprocess.run([plot, "--report"] + machines + ["-o", prefix], env=dict(ENV, TFB_BIN=BIN), capture_output=True, text=True, timeout=120)
+    size = png_size(prefix + "-report.png")
+    check("plot_report_bar_chart_png", p.returncode == 0 and size is not None and size[0] >= 1000 and os.path.getsize(prefix + "-report.png") > 10000,
+          p.stdout + p.stderr)
+    bad = os.path.join(TMP, "not_results.json")
+    open(bad, "w").write("{}")
+    p = subprocess.run([plot, bad, "-o", prefix + "-bad"], env=ENV, capture_output=True, text=True, timeout=60)
+    check("plot_refuses_a_file_that_is_not_results", p.returncode == 2 and p.stderr.startswith("plot:") and not os.path.exists(prefix + "-bad-throughput.png"),
+          p.stderr)
 
 
 def npy_shape(path):
