@@ -33,6 +33,26 @@ static void stages(FILE *f, const tfb_run_record *r) {
                "held: the allocator's record\n");
 }
 
+/* One line per configuration on the energy of its timed windows, or why it was not measured. */
+static void energy_lines(FILE *f, const tfb_run_record *recs, int n) {
+    const tfb_run_record *first = NULL;
+    for (int i = 0; i < n && !first; i++)
+        if (!recs[i].skip) first = &recs[i];
+    if (!first) return;
+    if (!(first->energy_j > 0)) { fprintf(f, "energy: not measured (%s)\n", first->energy_why); return; }
+    fprintf(f, "energy (%s; timed windows, all nodes):\n", first->energy_source);
+    for (int i = 0; i < n; i++) {
+        const tfb_run_record *r = &recs[i];
+        if (r->skip) continue;
+        tfb_run_summary s = tfb_record_summarize(r);
+        if (!(r->energy_j > 0)) { fprintf(f, "  %-8s %2d: not measured (%s)\n", r->strategy, r->ranks, r->energy_why); continue; }
+        char thr[48] = "throttling not readable";
+        if (r->throttle_events >= 0) snprintf(thr, sizeof thr, "%ld package throttle events", r->throttle_events);
+        fprintf(f, "  %-8s %2d: %.1f W mean, %.4g J/sample, %.4g samples/kWh, %s\n", r->strategy, r->ranks,
+                r->energy_j / s.window_s, r->energy_j / s.samples, s.samples * 3.6e6 / r->energy_j, thr);
+    }
+}
+
 void tfb_report_print(FILE *f, const tfb_run_record *r) {
     tfb_run_summary s = tfb_record_summarize(r);
     header(f, r);
@@ -69,6 +89,7 @@ void tfb_report_print(FILE *f, const tfb_run_record *r) {
     if (r->loss_scaled)
         fprintf(f, "| %-26s | %15d | final loss scale %-27g |\n", "skipped FP16 steps", r->skipped_steps, r->loss_scale_final);
     stages(f, r);
+    energy_lines(f, r, 1);
     fprintf(f, "FLOPs: %s\n", r->flops_convention);
 }
 
@@ -152,6 +173,7 @@ void tfb_report_compare(FILE *f, const tfb_run_record *recs, int n) {
                 c.fell ? " throughput fell as ranks were added" : "");
     }
     summary_lines(f, recs, n);
+    energy_lines(f, recs, n);
     fprintf(f, "speedup: over the 1-rank run; eff.: speedup / ranks, '!' above 100%% by more than the noise (half the "
                "p5-p95 step spread, both runs); compute/comm/bubble: median shares of a rank's step, mean of ranks; "
                "coll GB/s: bus bytes / time in collectives (upper bound when data-parallel buckets overlap "

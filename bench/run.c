@@ -270,7 +270,8 @@ static tfb_status run_job(run_ctx *r) {
     TFB_CHECK(measure_peak(r));
     r->env = (tfb_train_env){.o = &r->o, .world = r->world, .be = r->be, .peak_tflops_rank = r->env.peak_tflops_rank,
                              .peak_source = r->env.peak_source, .log = r->log,
-                             .exit_step = exit_step ? atoi(exit_step) : -1, .dump = r->o.dump[0] != 0};
+                             .exit_step = exit_step ? atoi(exit_step) : -1, .dump = r->o.dump[0] != 0,
+                             .node = r->rank_node[r->world->rank]};
     r->env.progress = r->world->rank == 0 && (strcmp(r->o.progress, "on") == 0 ||
                                               (strcmp(r->o.progress, "auto") == 0 && isatty(2)));
     TFB_CHECK(run_configurations(r));

@@ -11,6 +11,7 @@
 #include "bert.h"
 #include "clock.h"
 #include "ddp.h"
+#include "energy.h"
 #include "grid.h"
 #include "npy.h"
 #include "optim.h"
@@ -30,6 +31,7 @@ typedef struct {
     tfb_optim opt;
     tfb_loss_scaler scaler;
     tfb_run_record *rec;              /* world rank 0: the caller's; others: a private one for the arrays */
+    tfb_power_meter *meter;           /* this node's energy counters while the steps run (NULL: not this rank) */
     tfb_op *ops;
     int n_ops, slots;
     int *slot_of;                     /* [microbatches] activation set of each micro-batch, -1 when none */
@@ -368,6 +370,7 @@ static tfb_status run_steps(train_ctx *t) {
         if (timed >= 0 && timed % S == 0) {
             tfb_watchdog_mark("the barrier before a timed window", step);
             TFB_CHECK(t->job->barrier(t->job));
+            tfb_power_window_begin(t->meter);
             t->rec->window_s[trial] = tfb_clock_s();
         }
         double t0 = tfb_clock_s();
@@ -385,6 +388,7 @@ static tfb_status run_steps(train_ctx *t) {
         if (timed >= 0 && timed % S == S - 1) {
             TFB_CHECK(t->env->be->sync(t->env->be->ctx));
             t->rec->window_s[trial] = tfb_clock_s() - t->rec->window_s[trial];
+            tfb_power_window_end(t->meter);
             log_steps(t, W + trial * S, step + 1, trial);
         } else if (timed < 0 && step == W - 1) {
             log_steps(t, 0, W, -1);
@@ -661,6 +665,13 @@ static void log_configuration(train_ctx *t) {
 }
 
 static void teardown(train_ctx *t) {
+    if (t->meter) { /* the steps failed: stop the sampling thread */
+        double j, w;
+        int n;
+        long thr;
+        tfb_power_stop(t->meter, &j, &w, &n, &thr);
+        tfb_power_close(t->meter);
+    }
     release_workload(t);
     double **arrays[] = {&t->local_step, &t->local_loss, &t->local_tp, &t->step_dt, &t->step_end_unix,
                          &t->local_recompute};
@@ -678,7 +689,10 @@ static tfb_status train_active(train_ctx *t) {
     log_configuration(t);
     if (t->env->dump) TFB_CHECK(dump_tensors(t, t->wl->param_pool, "param", 1.0));
     TFB_CHECK(alloc_arrays(t));
+    t->meter = tfb_energy_open(t->job, t->env->node, t->env->be->name, t->rec);
     TFB_CHECK(run_steps(t));
+    tfb_energy_finish(t->job, t->meter, t->rec);
+    t->meter = NULL;
     tfb_watchdog_mark("reducing the measurements across ranks", -1);
     TFB_CHECK(reduce_measurements(t));
     if (t->env->dump) TFB_CHECK(dump_tensors(t, t->wl->param_pool, "param_final", 1.0));

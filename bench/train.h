@@ -24,6 +24,7 @@ typedef struct {
     int exit_step;               /* TFB_TEST_EXIT_STEP (-1: none) */
     int progress;                /* rank 0 prints a progress line */
     int dump;                    /* write --dump files for this configuration */
+    int node;                    /* this rank's node (0 .. nodes - 1) */
 } tfb_train_env;
 
 /* Runs layout s; world rank 0's *rec receives the record (arrays owned by it: tfb_record_free). */

@@ -68,6 +68,12 @@ typedef struct {
     int loss_scaled;             /* FP16 dynamic loss scaling in use */
     double loss_scale_final;
     int skipped_steps, backoffs;
+    /* energy of the timed windows (bench/power.h), all nodes */
+    double energy_j;             /* < 0: not measured (energy_why says why) */
+    double energy_peak_w;        /* sum over nodes of each node's highest power over a 1 s sampling interval */
+    int energy_samples;          /* 1 s sampling intervals inside the windows (fewest of any node) */
+    long throttle_events;        /* CPU package throttle events during the windows; -1: not readable */
+    char energy_source[96], energy_why[200];
     uint64_t *param_checksum;    /* [ranks] FNV-1a of the FP32 master weights after the run */
     int params_identical;
 } tfb_run_record;

@@ -33,6 +33,7 @@ typedef struct {
 typedef struct {
     int workload, machine, devices;
     double tp, mfu;          /* mfu < 0: not recorded */
+    double watts;            /* mean power the run measured over its timed windows; < 0: not measured */
     char strategy[24];
 } point;
 
@@ -45,6 +46,7 @@ typedef struct {
     const char *source_name;
     int n, dev[MAX_COUNTS];  /* device counts, ascending */
     double tp[MAX_COUNTS], mfu[MAX_COUNTS];
+    double watts[MAX_COUNTS];       /* measured mean power with that tp; < 0: not measured */
     const char *layout[MAX_COUNTS]; /* the strategy that gave tp */
 } series;
 
@@ -194,7 +196,9 @@ static int point_add(report *r, int m, const tfb_run_config *c) {
     int wi = workload_index(r, &w), devices = (int)tfb_json_number(c->config, "ranks", 1);
     if (wi < 0) return bad("%s", "more than 64 distinct workloads");
     const cJSON *sum = cJSON_GetObjectItemCaseSensitive(c->item, "summary");
-    point q = {wi, m, devices, c->throughput, tfb_json_number(sum, "mfu", -1), ""};
+    const cJSON *energy = cJSON_GetObjectItemCaseSensitive(sum, "energy");
+    point q = {wi, m, devices, c->throughput, tfb_json_number(sum, "mfu", -1), tfb_json_number(energy, "mean_w", -1), ""};
+    if (!(q.watts > 0 && q.watts < 1e9)) q.watts = -1;
     text_field(c->config, "strategy", q.strategy, sizeof q.strategy, "-");
     for (int i = 0; i < r->n_p; i++)
         if (r->p[i].workload == wi && r->p[i].machine == m && r->p[i].devices == devices) {
@@ -249,11 +253,11 @@ static int prices_load(report *r) {
 }
 
 /* Inserts (dev, tp, mfu) keeping dev ascending; a repeated count keeps the larger throughput. */
-static void series_put(series *s, int dev, double tp, double mfu, const char *layout) {
+static void series_put(series *s, int dev, double tp, double mfu, double watts, const char *layout) {
     int i = 0;
     while (i < s->n && s->dev[i] < dev) i++;
     if (i < s->n && s->dev[i] == dev) {
-        if (tp > s->tp[i]) s->tp[i] = tp, s->mfu[i] = mfu, s->layout[i] = layout;
+        if (tp > s->tp[i]) s->tp[i] = tp, s->mfu[i] = mfu, s->watts[i] = watts, s->layout[i] = layout;
         return;
     }
     if (s->n == MAX_COUNTS) return;
@@ -261,8 +265,9 @@ static void series_put(series *s, int dev, double tp, double mfu, const char *la
     memmove(&s->dev[i + 1], &s->dev[i], (size_t)move * sizeof s->dev[0]);
     memmove(&s->tp[i + 1], &s->tp[i], (size_t)move * sizeof s->tp[0]);
     memmove(&s->mfu[i + 1], &s->mfu[i], (size_t)move * sizeof s->mfu[0]);
+    memmove(&s->watts[i + 1], &s->watts[i], (size_t)move * sizeof s->watts[0]);
     memmove(&s->layout[i + 1], &s->layout[i], (size_t)move * sizeof s->layout[0]);
-    s->dev[i] = dev, s->tp[i] = tp, s->mfu[i] = mfu, s->layout[i] = layout;
+    s->dev[i] = dev, s->tp[i] = tp, s->mfu[i] = mfu, s->watts[i] = watts, s->layout[i] = layout;
     s->n++;
 }
 
@@ -284,7 +289,7 @@ static int series_build(const report *r, int wi, series *out) {
         series s = {.machine = m, .link = r->m[m].link};
         snprintf(s.label, sizeof s.label, "%s", r->m[m].label);
         for (int i = 0; i < r->n_p; i++)
-            if (r->p[i].workload == wi && r->p[i].machine == m) series_put(&s, r->p[i].devices, r->p[i].tp, r->p[i].mfu, r->p[i].strategy);
+            if (r->p[i].workload == wi && r->p[i].machine == m) series_put(&s, r->p[i].devices, r->p[i].tp, r->p[i].mfu, r->p[i].watts, r->p[i].strategy);
         if (s.n) out[n++] = s;
     }
     for (int i = 0; r->o.published && i < r->pub.n && n < MAX_SERIES; i++) {
@@ -305,7 +310,7 @@ static int series_build(const report *r, int wi, series *out) {
             out[n++] = (series){.machine = -1, .link = "-", .source = src, .source_name = p->source};
             snprintf(out[k].label, sizeof out[k].label, "%s", label);
         }
-        series_put(&out[k], p->gpus, p->samples_per_s, -1, "-");
+        series_put(&out[k], p->gpus, p->samples_per_s, -1, -1, "-");
     }
     return n;
 }
@@ -327,9 +332,19 @@ static double series_vs(const series *s, const series *ref, int *at) {
     return -1;
 }
 
-/* Cost of a million samples at throughput tp: the price spread over the lifetime plus the stated power's energy. */
-static double cost_per_million(const report *r, const tfb_price *p, double tp) {
-    double per_s = p->price / (r->o.lifetime_years * 365.25 * 86400.0) + p->power_w / 1000.0 * r->o.kwh_price / 3600.0;
+/* Power at the row's i-th device count: measured by the run, else (at the largest count) as stated in the prices
+ * file; -1 when neither. *stated says which. */
+static double series_power(const series *s, const tfb_price *p, int i, int *stated) {
+    *stated = 0;
+    if (s->watts[i] > 0) return s->watts[i];
+    if (i == s->n - 1 && p && p->power_w > 0) { *stated = 1; return p->power_w; }
+    return -1;
+}
+
+/* Cost of a million samples at throughput tp: the price spread over the lifetime plus the energy at `watts`. */
+static double cost_per_million(const report *r, const tfb_price *p, double tp, double watts) {
+    double per_s = p->price / (r->o.lifetime_years * 365.25 * 86400.0) +
+                   (watts > 0 ? watts : 0) / 1000.0 * r->o.kwh_price / 3600.0;
     return 1e6 / tp * per_s;
 }
 
@@ -393,20 +408,21 @@ static int counts_union(const series *s, int n, int *dev) {
     return k;
 }
 
-static void table_header(table *t, const int *dev, int n_dev, int priced) {
+static void table_header(table *t, const int *dev, int n_dev, int powered, int priced) {
     static const char *const TAIL[] = {"layout @max", "per dev @max", "eff @max", "MFU @max", "vs ref"};
-    static const char *const PRICE[] = {"W (stated)", "samples/kWh", "samples/s per 1k", "cost per M samples"};
+    static const char *const POWER[] = {"W @max", "samples/kWh"}, *const PRICE[] = {"samples/s per 1k", "cost per M samples"};
     int c = 0;
     snprintf(t->cell[0][c++], CELL, "machine");
     snprintf(t->cell[0][c++], CELL, "interconnect");
     for (int i = 0; i < n_dev; i++) snprintf(t->cell[0][c++], CELL, "%d dev", dev[i]);
     for (int i = 0; i < 5; i++) snprintf(t->cell[0][c++], CELL, "%s", TAIL[i]);
-    for (int i = 0; priced && i < 4; i++) snprintf(t->cell[0][c++], CELL, "%s", PRICE[i]);
+    for (int i = 0; powered && i < 2; i++) snprintf(t->cell[0][c++], CELL, "%s", POWER[i]);
+    for (int i = 0; priced && i < 2; i++) snprintf(t->cell[0][c++], CELL, "%s", PRICE[i]);
     t->cols = c, t->rows = 1, t->left_cols = 2;
 }
 
 static void table_row(table *t, const report *r, const series *s, const series *ref, const int *dev, int n_dev,
-                      int priced) {
+                      int powered, int priced) {
     int row = t->rows++, c = 0, top = s->dev[s->n - 1], at = 0;
     double tp_top = s->tp[s->n - 1];
     if (s->machine >= 0) snprintf(t->cell[row][c++], CELL, "%.159s", s->label);
@@ -426,12 +442,15 @@ static void table_row(table *t, const report *r, const series *s, const series *
     else snprintf(t->cell[row][c], CELL, "-");
     c++;
     const tfb_price *p = s->machine >= 0 ? tfb_prices_find(&r->prices, s->label) : NULL;
+    int stated;
+    double watts = series_power(s, p, s->n - 1, &stated), kwh = watts > 0 ? tp_top * 3.6e6 / watts : -1;
+    if (powered) {
+        cellf(t, row, c++, stated ? "%.0f*" : "%.0f", watts);
+        cellf(t, row, c++, stated ? "%.0f*" : "%.0f", kwh);
+    }
     if (!priced) return;
-    cellf(t, row, c++, "%.0f", p && p->power_w > 0 ? p->power_w : -1);
-    double kwh = p && p->power_w > 0 ? tp_top * 3.6e6 / p->power_w : -1, per_k = p ? tp_top * 1000.0 / p->price : -1;
-    cellf(t, row, c++, tp_format(kwh), kwh);
+    double per_k = p ? tp_top * 1000.0 / p->price : -1, cost = p ? cost_per_million(r, p, tp_top, watts) : -1;
     cellf(t, row, c++, tp_format(per_k), per_k);
-    double cost = p ? cost_per_million(r, p, tp_top) : -1;
     cellf(t, row, c++, tp_format(cost), cost);
 }
 
@@ -445,12 +464,15 @@ static void workload_print_table(const report *r, int wi, int markdown) {
     static series s[MAX_SERIES];
     static table t;
     int dev[MAX_COUNTS], n = series_build(r, wi, s), n_dev = counts_union(s, n, dev), priced = r->prices.n > 0;
+    int powered = priced;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < s[i].n; k++) powered |= s[i].watts[k] > 0;
     const series *ref = reference_series(s, n, r->ref);
     char title[200];
     workload_title(&r->w[wi], title, sizeof title);
     printf(markdown ? "\n**%s** (samples/s)\n\n" : "\n%s (samples/s)\n", title);
-    table_header(&t, dev, n_dev, priced);
-    for (int i = 0; i < n; i++) table_row(&t, r, &s[i], ref, dev, n_dev, priced);
+    table_header(&t, dev, n_dev, powered, priced);
+    for (int i = 0; i < n; i++) table_row(&t, r, &s[i], ref, dev, n_dev, powered, priced);
     table_print(&t, markdown);
     for (int i = 0; i < n; i++) {
         int seen = 0;
@@ -479,7 +501,7 @@ static void csv_number(double v, int present) {
 
 static void csv_header(void) {
     printf("model,precision,seq_len,image_size,scaling,batch,machine,kind,interconnect,devices,samples_per_s,"
-           "per_device,efficiency,mfu,layout,vs_reference,price,power_w,samples_per_s_per_1000,samples_per_kwh,"
+           "per_device,efficiency,mfu,layout,vs_reference,price,power_w,power_source,samples_per_s_per_1000,samples_per_kwh,"
            "cost_per_million_samples\n");
 }
 
@@ -503,11 +525,14 @@ static void csv_point(const report *r, const workload *w, const series *s, const
     csv_number(s->mfu[i], s->mfu[i] >= 0);
     printf(",%s", s->layout[i]);
     csv_number(tp / base, base > 0);
+    int stated;
+    double watts = series_power(s, p, i, &stated);
     csv_number(p ? p->price : 0, p && top);
-    csv_number(p ? p->power_w : 0, p && top && p->power_w > 0);
+    csv_number(watts, watts > 0);
+    printf(",%s", watts > 0 ? (stated ? "stated" : "measured") : "");
     csv_number(p ? tp * 1000.0 / p->price : 0, p && top);
-    csv_number(p && p->power_w > 0 ? tp * 3.6e6 / p->power_w : 0, p && top && p->power_w > 0);
-    csv_number(p ? cost_per_million(r, p, tp) : 0, p && top);
+    csv_number(watts > 0 ? tp * 3.6e6 / watts : 0, watts > 0);
+    csv_number(p ? cost_per_million(r, p, tp, watts) : 0, p && top);
     printf("\n");
 }
 
@@ -579,10 +604,15 @@ static void method_print(const report *r) {
     if (published_shown(r))
         printf("published [n]: figures from their sources (data/published.csv), not measured by tfbench; they enter "
                "no mean.\n");
+    int any = r->prices.n > 0;
+    for (int i = 0; i < r->n_p; i++) any |= r->p[i].watts > 0;
+    if (any)
+        printf("W: mean power over the timed windows as the run measured it (its energy counters; see the results "
+           "file),\n  or, marked *, as stated in the prices file; samples/kWh = samples/s x 3.6e6 / W.\n");
     if (r->prices.n)
         printf("prices (%s), at the largest device count: samples/s per 1,000 currency units; cost per M samples =\n"
-               "  1e6 / samples/s x (price / %g years + stated W x %g per kWh); W as stated in the prices file, "
-               "not measured.\n", r->o.prices, r->o.lifetime_years, r->o.kwh_price);
+               "  1e6 / samples/s x (price / %g years + W x %g per kWh).\n", r->o.prices, r->o.lifetime_years,
+               r->o.kwh_price);
 }
 
 static void report_free(report *r) {

@@ -106,6 +106,30 @@ static cJSON *config_json(const tfb_run_record *r) {
     return c;
 }
 
+/* Energy of the timed windows: figures when measured, else the reason. */
+static cJSON *energy_json(const tfb_run_record *r, const tfb_run_summary *s) {
+    cJSON *e = cJSON_CreateObject();
+    if (!(r->energy_j > 0)) {
+        cJSON_AddBoolToObject(e, "measured", 0);
+        cJSON_AddStringToObject(e, "reason", r->energy_why);
+        return e;
+    }
+    cJSON_AddBoolToObject(e, "measured", 1);
+    cJSON_AddStringToObject(e, "source", r->energy_source);
+    cJSON_AddNumberToObject(e, "joules", r->energy_j);
+    cJSON_AddNumberToObject(e, "mean_w", r->energy_j / s->window_s);
+    cJSON_AddItemToObject(e, "peak_w_1s", r->energy_samples > 0 ? cJSON_CreateNumber(r->energy_peak_w) : cJSON_CreateNull());
+    cJSON_AddNumberToObject(e, "sampling_intervals", r->energy_samples);
+    cJSON_AddNumberToObject(e, "joules_per_sample", r->energy_j / s->samples);
+    cJSON_AddNumberToObject(e, "samples_per_kwh", s->samples * 3.6e6 / r->energy_j);
+    cJSON_AddItemToObject(e, "throttle_events", r->throttle_events >= 0 ? cJSON_CreateNumber((double)r->throttle_events)
+                                                                       : cJSON_CreateNull());
+    cJSON_AddStringToObject(e, "definition", "energy counters read at each timed window's edges (outside the timed "
+                            "region) and sampled once a second between them; summed over nodes; mean_w = joules / "
+                            "sum of windows; peak_w_1s: each node's highest 1 s interval, summed");
+    return e;
+}
+
 static cJSON *summary_json(const tfb_run_record *r, const tfb_run_summary *s) {
     cJSON *o = cJSON_CreateObject(), *st = cJSON_CreateObject(), *ph = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "throughput_samples_per_s", s->throughput);
@@ -139,6 +163,7 @@ static cJSON *summary_json(const tfb_run_record *r, const tfb_run_summary *s) {
     cJSON_AddItemToObject(o, "mfu", num_or_null(s->mfu));
     cJSON_AddNumberToObject(o, "recompute_flops_per_sample", r->recompute_flops_per_sample);
     cJSON_AddItemToObject(o, "hfu", num_or_null(s->hfu));
+    cJSON_AddItemToObject(o, "energy", energy_json(r, s));
     cJSON *sh = cJSON_CreateObject();
     cJSON_AddNumberToObject(sh, "compute", r->share_compute);
     cJSON_AddNumberToObject(sh, "exposed_communication", r->share_comm);

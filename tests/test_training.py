@@ -13,6 +13,9 @@
 - --log writes run start, configuration, every step, every trial and the run's end as JSON lines.
 - report: three results files give the best layout per device count, efficiency, reference ratios, prices and
   the geometric mean that the test computes on its own from the files; published rows stay out of the mean.
+- Energy: with a simulated sysfs (two RAPL packages at 100 W and 50 W whose counters wrap, a DRAM zone that must
+  not count, a throttle counter), the run reports 150 W within 5%, one reader per node, and the throttle events;
+  an unreadable or standing counter gives a reason, never a figure.
 - scripts/plot writes the throughput, efficiency and report images as PNG files of the expected size.
 - Every bad input exits with status 2, prints one line naming the flag, and writes no results file; random
   argument vectors exit with 0 or 2 only.
@@ -26,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, os.environ.get("TFB_BUILD", "build"), "tfbench")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
 TMP = tempfile.mkdtemp(prefix="tfbench-test-")
+ENV["TFB_TEST_SYSFS_DIR"] = os.path.join(TMP, "no-sysfs")  # results never depend on this machine's energy counters
 failures = 0
 
 
@@ -362,6 +366,7 @@ def test_report():
     for cfg in c["configurations"]:
         if "summary" in cfg:
             cfg["summary"]["throughput_samples_per_s"] *= 0.8
+            cfg["summary"]["energy"] = {"measured": True, "mean_w": 123.0}  # measured power wins over the stated
     json.dump(c, open(path("rep_c"), "w"))
     rn = json.loads(json.dumps(runs["rep_a"]))  # a ResNet-50 FP16 workload, to meet the published figures
     for cfg in rn["configurations"]:
@@ -384,12 +389,15 @@ def test_report():
         tp = float(r["samples_per_s"])
         ok &= abs(float(r["efficiency"]) - tp / (n * one)) < 1e-5 * tp / (n * one)
         ok &= abs(float(r["vs_reference"]) - tp / best[("A",) + key[1:] + (n,)]) < 1e-5
-        price, watts = {"A": (10000, 400), "B": (5000, 0), "C": (20000, 250)}[r["machine"]]
+        price, watts = {"A": (10000, 400), "B": (5000, 0), "C": (20000, 123)}[r["machine"]]
+        if r["machine"] == "C":
+            ok &= r["power_source"] == "measured" and float(r["power_w"]) == 123 and abs(float(r["samples_per_kwh"]) / (tp * 3.6e6 / 123) - 1) < 1e-5
         if n == top:
             cost = 1e6 / tp * (price / (3 * 365.25 * 86400) + watts / 1000 * 0.25 / 3600)
             ok &= abs(float(r["samples_per_s_per_1000"]) / (tp * 1000 / price) - 1) < 1e-5
             ok &= abs(float(r["cost_per_million_samples"]) / cost - 1) < 1e-5
             ok &= (r["samples_per_kwh"] == "") if not watts else abs(float(r["samples_per_kwh"]) / (tp * 3.6e6 / watts) - 1) < 1e-5
+            ok &= r["power_source"] == ("" if not watts else "measured" if r["machine"] == "C" else "stated")
         else:
             ok &= r["samples_per_s_per_1000"] == "" and r["cost_per_million_samples"] == ""
     check("report_efficiency_reference_ratio_prices_match_independent_values", ok and len(rows) > 0, out)
@@ -444,6 +452,88 @@ def test_plot(runs, machines):
     p = subprocess.run([plot, bad, "-o", prefix + "-bad"], env=ENV, capture_output=True, text=True, timeout=60)
     check("plot_refuses_a_file_that_is_not_results", p.returncode == 2 and p.stderr.startswith("plot:") and not os.path.exists(prefix + "-bad-throughput.png"),
           p.stderr)
+
+
+class FakeRapl:
+    """A sysfs tree for TFB_TEST_SYSFS_DIR: two RAPL packages drawing 100 W and 50 W whose counters wrap every
+    2.5 s (tfbench samples each second), a DRAM subzone that must not count, and a package throttle counter that
+    rises twice a second (repeated on two CPUs of package 0, as Linux does)."""
+
+    def __init__(self, root):
+        self.root, self.t0, self.stop = root, time.time(), False
+        self.watts = {"intel-rapl:0": 100.0, "intel-rapl:1": 50.0, "intel-rapl:0:0": 30.0}
+        for zone, name in (("intel-rapl:0", "package-0"), ("intel-rapl:1", "package-1"), ("intel-rapl:0:0", "dram")):
+            d = os.path.join(root, "class", "powercap", zone)
+            os.makedirs(d)
+            open(os.path.join(d, "name"), "w").write(name + "\n")
+            open(os.path.join(d, "max_energy_range_uj"), "w").write("250000000\n")
+        for cpu, pkg in ((0, 0), (1, 0), (2, 1)):
+            d = os.path.join(root, "devices", "system", "cpu", f"cpu{cpu}")
+            os.makedirs(os.path.join(d, "thermal_throttle"))
+            os.makedirs(os.path.join(d, "topology"))
+            open(os.path.join(d, "topology", "physical_package_id"), "w").write(f"{pkg}\n")
+        self.write()
+        import threading
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def put(self, path, text):
+        open(path + ".new", "w").write(text)
+        os.replace(path + ".new", path)
+
+    def write(self):
+        t = time.time() - self.t0
+        for zone, w in self.watts.items():
+            self.put(os.path.join(self.root, "class", "powercap", zone, "energy_uj"), f"{int(w * 1e6 * t) % 250000000}\n")
+        for cpu in (0, 1, 2):
+            count = int(t * 2) if cpu < 2 else 7
+            self.put(os.path.join(self.root, "devices", "system", "cpu", f"cpu{cpu}", "thermal_throttle", "package_throttle_count"), f"{count}\n")
+
+    def run(self):
+        while not self.stop:
+            self.write()
+            time.sleep(0.005)
+
+
+def test_energy():
+    fake = FakeRapl(os.path.join(TMP, "sysfs"))
+    env_save = ENV.get("TFB_TEST_SYSFS_DIR")  # the suite's empty stand-in, restored below
+    ENV["TFB_TEST_SYSFS_DIR"] = fake.root
+    try:
+        args = ["--model", "bert-tiny", "--seq-len", "64", "--batch", "8", "--warmup", "1", "--steps", "20", "--trials", "2",
+                "--peak-tflops", "1", "--parallel", "data"]
+        for ranks in (1, 2):
+            p, r = tfbench(args, ranks, f"energy{ranks}")
+            e = r["summary"]["energy"] if r else {}
+            window = sum(t["window_s"] for t in r["summary"]["trials"]) if r else 1
+            samples = r["config"]["global_batch"] * 20 * 2 if r else 1
+            ok = e.get("measured") is True and abs(e["mean_w"] / 150 - 1) < 0.05 and abs(e["joules"] / (150 * window) - 1) < 0.05
+            ok = ok and abs(e["joules_per_sample"] - e["joules"] / samples) < 1e-9 * e["joules"] and e["sampling_intervals"] >= 2
+            ok = ok and abs(e["peak_w_1s"] / 150 - 1) < 0.1 and abs(e["throttle_events"] - 2 * window) <= 2 * len(r["summary"]["trials"]) + 1
+            check(f"energy_{ranks}_rank{'s' if ranks > 1 else ''}_150w_packages_wrapping_one_reader_per_node", ok,
+                  f"{e} window {window} {p.stderr[-300:]}")
+            check(f"energy_{ranks}_rank_table_line", "W mean" in p.stdout and "J/sample" in p.stdout and "RAPL" in p.stdout, p.stdout[-600:])
+        bad = os.path.join(fake.root, "class", "powercap", "intel-rapl:1", "energy_uj")
+        fake.stop = True
+        fake.thread.join()
+        os.remove(bad)
+        os.makedirs(bad)  # a counter that cannot be read
+        p, r = tfbench(args, 1, "energy_unreadable")
+        e = r["summary"]["energy"] if r else {}
+        check("energy_unreadable_counter_gives_reason_not_figures", e.get("measured") is False and "intel-rapl:1/energy_uj" in e.get("reason", "")
+              and "energy: not measured" in p.stdout, f"{e} {p.stdout[-300:]}")
+        os.rmdir(bad)
+        fake.put(bad, "5\n")  # counters that stand still
+        p, r = tfbench(args, 1, "energy_still")
+        e = r["summary"]["energy"] if r else {}
+        check("energy_counters_standing_still_not_reported_as_zero", e.get("measured") is False and "did not advance" in e.get("reason", ""), str(e))
+    finally:
+        fake.stop = True
+        ENV["TFB_TEST_SYSFS_DIR"] = env_save
+    p, r = tfbench(["--model", "bert-tiny", "--seq-len", "16", "--batch", "2", "--steps", "2", "--warmup", "0", "--parallel", "data",
+                    "--peak-tflops", "1"], 1, "energy_none")
+    check("energy_no_counters_not_measured_with_reason", r is not None and r["summary"]["energy"]["measured"] is False
+          and r["summary"]["energy"]["reason"] != "", str(r and r["summary"]["energy"]))
 
 
 def npy_shape(path):
@@ -915,7 +1005,7 @@ def test_comparison_run():
           and len(lines) == 8 and len(skipped) == 1 and "heads" in skipped[0]["skipped"], f"{lines[:3]} {skipped}")
 
 
-for t in (test_bad_input, test_estimate, test_checkpointing, test_doctor, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_report, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
+for t in (test_bad_input, test_estimate, test_checkpointing, test_doctor, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_report, test_energy, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
     t()
 if failures:
     print(f"test files kept in {TMP}")

@@ -1,0 +1,71 @@
+/* energy.c — see energy.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "energy.h"
+
+/* Is this rank the lowest job rank on its node? (*nodes gets the job's node count.) */
+static int node_leader(tfb_comm *job, int node, int *nodes) {
+    int *all = calloc((size_t)job->size, sizeof *all), leader = 1;
+    *nodes = 0;
+    if (!all || job->allgather(job, &node, all, 1, TFB_COMM_I32) != TFB_OK) { free(all); return -1; }
+    for (int r = 0; r < job->size; r++) {
+        int first = 1;
+        for (int q = 0; q < r; q++) first &= all[q] != all[r];
+        *nodes += first;
+        if (all[r] == node && r < job->rank) leader = 0;
+    }
+    free(all);
+    return leader;
+}
+
+static void unmeasured(tfb_run_record *rec, const char *why) {
+    rec->energy_j = -1;
+    rec->throttle_events = -1;
+    snprintf(rec->energy_why, sizeof rec->energy_why, "%s", why);
+}
+
+tfb_power_meter *tfb_energy_open(tfb_comm *job, int node, const char *backend, tfb_run_record *rec) {
+    int nodes, leader = node_leader(job, node, &nodes), have = 0, need = 0;
+    char why[200] = "";
+    tfb_power_meter *m = NULL;
+    if (leader > 0 && strcmp(backend, "cpu") == 0) m = tfb_power_open(why, sizeof why);
+    else if (leader > 0) snprintf(why, sizeof why, "no energy meter for the %s backend yet", backend);
+    have = m != NULL, need = leader > 0;
+    if (leader < 0 || job->allreduce(job, &have, 1, TFB_COMM_I32, TFB_SUM) != TFB_OK ||
+        job->allreduce(job, &need, 1, TFB_COMM_I32, TFB_SUM) != TFB_OK) {
+        tfb_power_close(m);
+        unmeasured(rec, "the ranks could not agree on who measures");
+        return NULL;
+    }
+    unmeasured(rec, why[0] ? why : "not every node could read its energy counters");
+    if (have == need && need == nodes) {
+        rec->energy_j = 0;
+        snprintf(rec->energy_source, sizeof rec->energy_source, "%s", tfb_power_source(m));
+        rec->energy_why[0] = '\0';
+    }
+    tfb_power_start(m);
+    return m;
+}
+
+void tfb_energy_finish(tfb_comm *job, tfb_power_meter *m, tfb_run_record *rec) {
+    double f[2] = {0, 0};   /* joules, peak W */
+    int samples = 1 << 30, every = rec->energy_j >= 0;
+    long thr = 0;
+    if (m) tfb_power_stop(m, &f[0], &f[1], &samples, &thr);
+    double known = m && thr >= 0 ? 1 : m ? 0 : 1, events = thr > 0 ? (double)thr : 0;
+    tfb_power_close(m);
+    if (job->allreduce(job, f, 2, TFB_COMM_F64, TFB_SUM) != TFB_OK ||
+        job->allreduce(job, &samples, 1, TFB_COMM_I32, TFB_MIN) != TFB_OK ||
+        job->allreduce(job, &known, 1, TFB_COMM_F64, TFB_MIN) != TFB_OK ||
+        job->allreduce(job, &events, 1, TFB_COMM_F64, TFB_SUM) != TFB_OK) {
+        unmeasured(rec, "the energy figures could not be gathered");
+        return;
+    }
+    if (!every) return;
+    if (!(f[0] > 0)) { unmeasured(rec, "the energy counters did not advance during the timed windows"); return; }
+    rec->energy_j = f[0];
+    rec->energy_peak_w = f[1];
+    rec->energy_samples = samples;
+    rec->throttle_events = known > 0 ? (long)events : -1;
+}
