@@ -13,7 +13,7 @@ static int node_leader(tfb_comm *job, int node, int *nodes) {
         int first = 1;
         for (int q = 0; q < r; q++) first &= all[q] != all[r];
         *nodes += first;
-        if (all[r] == node && r < job->rank) leader = 0;
+        if (r < job->rank && all[r] == node) leader = 0;
     }
     free(all);
     return leader;

@@ -82,7 +82,7 @@ static int find_packages(tfb_power_meter *m, char *why, size_t len) {
 
 /* One package_throttle_count per physical package (the counter is per package, repeated on each of its CPUs). */
 static void find_throttle(tfb_power_meter *m) {
-    double seen[MAX_PACKAGES];
+    double seen[MAX_PACKAGES] = {0};
     for (int cpu = 0; cpu < 4096 && m->n_thr < MAX_PACKAGES; cpu++) {
         char path[PATH_MAX], id_path[PATH_MAX];
         double id, v;

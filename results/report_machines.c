@@ -82,29 +82,46 @@ static int number_arg(const char *flag, const char *s, double lo, double hi, dou
     return 1;
 }
 
-/* Options into r->o; files are left for machines_load (counted in *files). */
+static int takes_value(const char *a) {
+    return strcmp(a, "--reference") == 0 || strcmp(a, "--prices") == 0 || strcmp(a, "--format") == 0 ||
+           strcmp(a, "--lifetime-years") == 0 || strcmp(a, "--kwh-price") == 0;
+}
+
+/* The value v (maybe NULL) of option a, one for which takes_value holds. */
+static int option_value(report_opts *o, const char *a, const char *v) {
+    if (!v) return bad("%s: needs a value", a);
+    if (strcmp(a, "--reference") == 0) o->reference = v;
+    else if (strcmp(a, "--prices") == 0) o->prices = v;
+    else if (strcmp(a, "--format") == 0) o->format = v;
+    else if (strcmp(a, "--lifetime-years") == 0) return number_arg(a, v, 0.01, 100, &o->lifetime_years);
+    else return number_arg(a, v, 0, 1e6, &o->kwh_price);
+    return 1;
+}
+
+/* Options into r->o; files are left for machines_load (counted in *files, -1 after --help). */
 static int parse_options(int argc, char **argv, report *r, int *files) {
     report_opts *o = &r->o;
     *o = (report_opts){.format = "text", .lifetime_years = 3.0, .published = 1};
     *files = 0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = strcmp(a, "--reference") == 0 || strcmp(a, "--prices") == 0 || strcmp(a, "--format") == 0 ||
-                    strcmp(a, "--lifetime-years") == 0 || strcmp(a, "--kwh-price") == 0;
-        if (takes && !v) return bad("%s: needs a value", a);
-        if (strcmp(a, "--reference") == 0) o->reference = v;
-        else if (strcmp(a, "--prices") == 0) o->prices = v;
-        else if (strcmp(a, "--format") == 0) o->format = v;
-        else if (strcmp(a, "--lifetime-years") == 0 && !number_arg(a, v, 0.01, 100, &o->lifetime_years)) return 0;
-        else if (strcmp(a, "--kwh-price") == 0 && !number_arg(a, v, 0, 1e6, &o->kwh_price)) return 0;
-        else if (strcmp(a, "--no-published") == 0) o->published = 0;
-        else if (strcmp(a, "--help") == 0) { printf("usage: %s\n", USAGE); *files = -1; return 1; }
-        else if (a[0] == '-' && !takes)
-            return fprintf(stderr, "tfbench report: %s: unknown option (usage: %s)\n", a, USAGE), 0;
-        else if (a[0] != '-') ++*files;
-        i += takes;
+        const char *a = argv[i];
+        if (takes_value(a)) {
+            if (!option_value(o, a, i + 1 < argc ? argv[i + 1] : NULL)) return 0;
+            i++;
+        } else if (strcmp(a, "--no-published") == 0) {
+            o->published = 0;
+        } else if (strcmp(a, "--help") == 0) {
+            printf("usage: %s\n", USAGE);
+            *files = -1;
+            return 1;
+        } else if (a[0] == '-') {
+            fprintf(stderr, "tfbench report: %s: unknown option (usage: %s)\n", a, USAGE);
+            return 0;
+        } else {
+            ++*files;
+        }
     }
-    if (strcmp(o->format, "text") && strcmp(o->format, "markdown") && strcmp(o->format, "csv"))
+    if (strcmp(o->format, "text") != 0 && strcmp(o->format, "markdown") != 0 && strcmp(o->format, "csv") != 0)
         return bad("--format: unknown format '%s' (text, markdown, csv)", o->format);
     if (*files == 0) return bad("%s", "needs at least one results file ([LABEL=]RESULTS.json)");
     if (*files > MAX_MACHINES) return bad("%s", "at most 32 results files");
@@ -213,7 +230,7 @@ static int point_add(report *r, int m, const tfb_run_config *c) {
 static int machines_load(report *r, int argc, char **argv) {
     char err[600];
     for (int i = 1; i < argc; i++) {
-        if (argv[i][0] == '-') { i += strcmp(argv[i], "--no-published") != 0; continue; }
+        if (argv[i][0] == '-') { i += takes_value(argv[i]); continue; }
         machine *m = &r->m[r->n_m];
         const char *path;
         if (!machine_label(argv[i], m->label, sizeof m->label, &path))
