@@ -4,8 +4,8 @@
  * CPU side: the MPI world against the launcher's own count (a misconfigured PMI starts N singletons), hwloc, the
  * binding (ranks and threads against cores per node). GPU side, through gpu_probe.c (dlopen, so a machine without
  * a driver is not an error): the driver and its CUDA version against the toolkit tfbench was built with, the
- * devices and one per rank, a kernel image for each, cuBLAS, cuDNN, NCCL, NVML. Checks that need the CUDA backend
- * (P2P copies, an NCCL all-reduce with a deadline, free memory, ECC, throttling) say so. Environment variables that
+ * devices and one per rank, a kernel image for each, cuBLAS, cuDNN, NCCL, NVML (free memory, ECC, throttling), P2P
+ * copies between every GPU pair with a deadline (gpu_p2p.c). The NCCL all-reduce needs the CUDA backend and says so. Environment variables that
  * change behaviour are listed. This file changes nothing on the machine.
  */
 #include <sched.h>
@@ -17,6 +17,7 @@
 #include "catalog.h"
 #include "comm.h"
 #include "config.h"
+#include "../topology/gpu_p2p.h"
 #include "../results/env.h"
 #include "../topology/gpu_probe.h"
 #include "../topology/nvml.h"
@@ -203,10 +204,46 @@ static void check_libs(doctor *d, const tfb_gpu_probe *g) {
 }
 
 static void check_needs_backend(doctor *d, const tfb_gpu_probe *g) {
-    static const char *const what[] = {"P2P copies", "NCCL all-reduce"};
     int gpus = g->driver_found && g->n > 0;
-    for (int i = 0; i < 2; i++)
-        say(d, CHK_NA, what[i], NULL, "%s", gpus ? "needs tfbench's CUDA backend, not in this build" : "no GPU");
+    say(d, CHK_NA, "NCCL all-reduce", NULL, "%s", gpus ? "needs tfbench's CUDA backend, not in this build" : "no GPU");
+}
+
+/* say() and leave the calling check. */
+#define RETSAY(...)          \
+    do {                     \
+        say(__VA_ARGS__);    \
+        return;              \
+    } while (0)
+
+#define ACS_FIX "a hang or corruption here is the classic PCIe ACS/IOMMU problem: disable ACS in the BIOS or " \
+                "boot with iommu=pt, or run with NCCL_P2P_DISABLE=1"
+
+/* Peer access between every GPU pair and a 1 MiB copy each way that really arrives, within the deadline. */
+static void check_p2p(doctor *d, const tfb_gpu_probe *g, double timeout) {
+    if (!g->driver_found || g->n == 0 || g->init_error) { say(d, CHK_NA, "P2P copies", NULL, "no GPU"); return; }
+    if (g->n < 2) { say(d, CHK_NA, "P2P copies", NULL, "one GPU: no pair to copy between"); return; }
+    static tfb_p2p_result r;
+    tfb_p2p_status worst = tfb_p2p_check(g->n, timeout, &r);
+    int access = 0;
+    double slowest = 0;
+    for (int i = 0; i < r.n_pairs; i++) {
+        const tfb_p2p_pair *p = &r.pair[i];
+        access += p->access_ab && p->access_ba;
+        if (p->seconds > slowest) slowest = p->seconds;
+        if (p->status == TFB_P2P_TIMED_OUT)
+            RETSAY(d, CHK_FAIL, "P2P copies", ACS_FIX, "GPU %d <-> GPU %d: a 1 MiB copy did not finish within %g s",
+                       p->a, p->b, timeout);
+        if (p->status == TFB_P2P_WRONG_DATA)
+            RETSAY(d, CHK_FAIL, "P2P copies", ACS_FIX, "GPU %d <-> GPU %d: the copied data arrived wrong", p->a, p->b);
+        if (p->status == TFB_P2P_CALL_FAILED)
+            RETSAY(d, CHK_FAIL, "P2P copies", "see the driver error; nvidia-smi -q shows the GPUs' state",
+                       "GPU %d <-> GPU %d: %s", p->a, p->b, p->call);
+    }
+    if (worst == TFB_P2P_NOT_RUN)
+        RETSAY(d, CHK_FAIL, "P2P copies", "check the driver installation", "not run: %s", r.why);
+    say(d, CHK_OK, "P2P copies", NULL, "%d pair%s: 1 MiB each way arrived intact (slowest pair %.0f ms); peer access "
+        "on %d of them%s", r.n_pairs, r.n_pairs > 1 ? "s" : "", slowest * 1e3, access,
+        access < r.n_pairs ? " (the others copy through host memory)" : "");
 }
 
 /* Memory other processes hold (more than 10% of a GPU distorts a benchmark and may not leave room). */
@@ -307,7 +344,13 @@ static void check_precision(doctor *d, const tfb_gpu_probe *g, const tfb_catalog
         prec == TFB_PREC_FP32 ? "runs on CUDA cores everywhere" : "every GPU has tensor cores for it");
 }
 
-static void run_checks(doctor *d, const tfb_gpu_probe *g, const rank_facts *all, int n, char **envp, int prec) {
+typedef struct {
+    int prec;                /* --precision, -1: not given */
+    double timeout;          /* --timeout: seconds for the P2P copies */
+} doctor_opts;
+
+static void run_checks(doctor *d, const tfb_gpu_probe *g, const rank_facts *all, int n, char **envp,
+                       const doctor_opts *o) {
     static tfb_topo t;
     tfb_catalog cat;
     char err[512];
@@ -321,9 +364,10 @@ static void run_checks(doctor *d, const tfb_gpu_probe *g, const rank_facts *all,
     check_devices(d, g, have_cat ? &cat : NULL);
     check_per_rank(d, g, all, n);
     check_kernel_image(d, g);
-    check_precision(d, g, have_cat ? &cat : NULL, prec);
+    check_precision(d, g, have_cat ? &cat : NULL, o->prec);
     check_libs(d, g);
     check_nvml(d, g);
+    check_p2p(d, g, o->timeout);
     check_needs_backend(d, g);
     check_environment(d, envp);
     printf("%d checks, %d failed\n", d->total, d->fails);
@@ -347,30 +391,36 @@ static void environment_free(char **copy) {
     free(copy);
 }
 
-/* --precision P: 0 when absent, -1 for a bad option (message printed), else 1 and *prec set. */
-static int parse_args(int argc, char **argv, int *prec) {
-    *prec = -1;
+/* --precision P and --timeout S into o; -1 for a bad option (message printed). */
+static int parse_args(int argc, char **argv, doctor_opts *o) {
+    *o = (doctor_opts){.prec = -1, .timeout = 20};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: [mpirun -np N] tfbench doctor [--precision fp32|tf32|fp16|bf16|fp8]\n  checks the launcher, "
-                   "MPI, hwloc, binding, driver, GPUs, CUDA libraries and environment; with --precision, whether\n"
-                   "  every GPU has tensor cores for it; exit 1 when a check fails\n");
+            printf("usage: [mpirun -np N] tfbench doctor [--precision fp32|tf32|fp16|bf16|fp8] [--timeout S]\n"
+                   "  checks the launcher, MPI, hwloc, binding, driver, GPUs, CUDA libraries, P2P copies between GPUs\n"
+                   "  (each given --timeout seconds, default 20) and environment; with --precision, whether every GPU\n"
+                   "  has tensor cores for it; exit 1 when a check fails\n");
             exit(0);
         }
-        if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc && (*prec = tfb_prec_parse(argv[i + 1])) >= 0) {
+        const char *v = i + 1 < argc ? argv[i + 1] : "";
+        char *end = NULL;
+        if (strcmp(argv[i], "--precision") == 0 && (o->prec = tfb_prec_parse(v)) >= 0) { i++; continue; }
+        if (strcmp(argv[i], "--timeout") == 0 && (o->timeout = strtod(v, &end)) >= 0.1 && o->timeout <= 3600 &&
+            end != v && *end == '\0') {
             i++;
             continue;
         }
         fprintf(stderr, "tfbench doctor: %.200s: %s (see tfbench doctor --help)\n", argv[i],
-                strcmp(argv[i], "--precision") == 0 ? "needs fp32, tf32, fp16, bf16 or fp8" : "unknown option");
+                strcmp(argv[i], "--precision") == 0 ? "needs fp32, tf32, fp16, bf16 or fp8"
+                : strcmp(argv[i], "--timeout") == 0 ? "needs seconds, 0.1 to 3600" : "unknown option");
         return -1;
     }
-    return *prec >= 0;
+    return 0;
 }
 
 int tfb_doctor_main(int argc, char **argv) {
-    int prec;
-    if (parse_args(argc, argv, &prec) < 0) return 2;
+    doctor_opts o;
+    if (parse_args(argc, argv, &o) < 0) return 2;
     tfb_comm *w = NULL;
     int zero = 0;
     char **none = NULL, **env0 = environment_copy();
@@ -381,7 +431,7 @@ int tfb_doctor_main(int argc, char **argv) {
     doctor d = {0};
     if (!all) { environment_free(env0); tfb_comm_mpi_finalize(); return 1; }
     gather_facts(w, &g, all);
-    if (w->rank == 0) run_checks(&d, &g, all, w->size, env0, prec);
+    if (w->rank == 0) run_checks(&d, &g, all, w->size, env0, &o);
     int fails = d.fails;
     if (w->bcast(w, &fails, 1, TFB_COMM_I32, 0) != TFB_OK) fails = 1;
     free(all);

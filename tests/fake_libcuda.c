@@ -34,3 +34,67 @@ int cuDeviceGetAttribute(int *v, int attr, int dev) {
     }
     return 0;
 }
+
+/* ---- peer copies (topology/gpu_p2p.c): FAKE_P2P=0 denies peer access (copies still work, through the host, as
+ * on a real machine); FAKE_P2P_HANG=1 makes every peer copy block forever (the ACS/IOMMU hang);
+ * FAKE_P2P_CORRUPT=1 makes it deliver one wrong byte. Device memory is host memory named by slot. */
+#include <unistd.h>
+
+enum { SLOTS = 64 };
+static unsigned char *mem_slot[SLOTS];
+static int fake_ctx[8];
+
+static unsigned char *slot_of(unsigned long long p) {
+    unsigned long long s = p >> 32;
+    return s >= 1 && s <= SLOTS ? mem_slot[s - 1] : NULL;
+}
+
+int cuDeviceCanAccessPeer(int *can, int dev, int peer) { *can = dev != peer && env_int("FAKE_P2P", 1); return 0; }
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = &fake_ctx[dev & 7]; return 0; }
+int cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return 0; }
+int cuCtxSetCurrent(void *ctx) { (void)ctx; return 0; }
+int cuCtxEnablePeerAccess(void *peer, unsigned flags) { (void)peer; (void)flags; return env_int("FAKE_P2P", 1) ? 0 : 217; }
+int cuCtxSynchronize(void) { return 0; }
+
+int cuMemAlloc_v2(unsigned long long *p, size_t bytes) {
+    for (int s = 0; s < SLOTS; s++)
+        if (!mem_slot[s]) {
+            mem_slot[s] = calloc(1, bytes);
+            *p = (unsigned long long)(s + 1) << 32;
+            return mem_slot[s] ? 0 : 2;
+        }
+    return 2;
+}
+
+int cuMemFree_v2(unsigned long long p) {
+    unsigned long long s = p >> 32;
+    if (s < 1 || s > SLOTS) return 1;
+    free(mem_slot[s - 1]);
+    mem_slot[s - 1] = NULL;
+    return 0;
+}
+
+int cuMemcpyHtoD_v2(unsigned long long dst, const void *src, size_t n) {
+    unsigned char *d = slot_of(dst);
+    if (!d) return 1;
+    memcpy(d, src, n);
+    return 0;
+}
+
+int cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t n) {
+    unsigned char *s = slot_of(src);
+    if (!s) return 1;
+    memcpy(dst, s, n);
+    return 0;
+}
+
+int cuMemcpyPeer(unsigned long long dst, void *dctx, unsigned long long src, void *sctx, size_t n) {
+    (void)dctx;
+    (void)sctx;
+    unsigned char *d = slot_of(dst), *s = slot_of(src);
+    if (!d || !s) return 1;
+    while (env_int("FAKE_P2P_HANG", 0)) pause(); /* a copy that never completes */
+    memcpy(d, s, n);
+    if (env_int("FAKE_P2P_CORRUPT", 0)) d[n / 2] ^= 0x40;
+    return 0;
+}

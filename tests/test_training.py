@@ -945,6 +945,16 @@ def test_doctor():
     p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_DEVICES": "1"}, ranks=2)
     check("doctor_more_ranks_than_gpus_fails", p.returncode != 0 and "✗ GPU per rank" in p.stdout and "2 ranks but has 1 GPU" in p.stdout,
           p.stdout[:1200])
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_DEVICES": "4"})
+    check("doctor_p2p_copies_every_pair", "✓ P2P copies       6 pairs" in p.stdout and "peer access on 6 of them" in p.stdout, p.stdout[-900:])
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_P2P": "0"})
+    check("doctor_p2p_without_peer_access_still_copies", "✓ P2P copies" in p.stdout and "through host memory" in p.stdout, p.stdout[-900:])
+    t0 = time.time()
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_P2P_HANG": "1"}, args=["--timeout", "1"])
+    check("doctor_p2p_hang_ends_at_deadline_with_acs_hint", p.returncode == 1 and "✗ P2P copies" in p.stdout and "did not finish within 1 s" in p.stdout
+          and "NCCL_P2P_DISABLE=1" in p.stdout and time.time() - t0 < 30, p.stdout[-900:])
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_P2P_CORRUPT": "1"})
+    check("doctor_p2p_corrupted_copy_fails", p.returncode == 1 and "the copied data arrived wrong" in p.stdout, p.stdout[-900:])
     p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_V100": "1"}, args=["--precision", "bf16"])
     check("doctor_bf16_on_volta_fails", p.returncode == 1 and "✗ tensor cores" in p.stdout and "Volta" in p.stdout, p.stdout[:1500])
     p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_V100": "1"}, args=["--precision", "fp16"])
@@ -961,7 +971,7 @@ def test_doctor():
     p = doctor({"CUDA_LAUNCH_BLOCKING": "1"})
     check("doctor_launch_blocking_fails", p.returncode == 1 and any(l.startswith("✗") and "CUDA_LAUNCH_BLOCKING=1" in l
           for l in p.stdout.splitlines()), p.stdout[-600:])
-    for bad in (["--frobnicate"], ["--precision", "fp12"], ["--precision"]):
+    for bad in (["--frobnicate"], ["--precision", "fp12"], ["--precision"], ["--timeout", "0"]):
         p = doctor({}, args=bad)
         check(f"doctor_bad_option_exit_2_{'_'.join(bad)}", p.returncode == 2 and bad[0] in p.stderr and p.stdout == "", p.stderr)
     out = os.path.join(TMP, "env_vars.json")
