@@ -5,7 +5,7 @@
  * binding (ranks and threads against cores per node). GPU side, through gpu_probe.c (dlopen, so a machine without
  * a driver is not an error): the driver and its CUDA version against the toolkit tfbench was built with, the
  * devices and one per rank, a kernel image for each, cuBLAS, cuDNN, NCCL, NVML (free memory, ECC, throttling), P2P
- * copies between every GPU pair with a deadline (gpu_p2p.c). The NCCL all-reduce needs the CUDA backend and says so. Environment variables that
+ * copies between every GPU pair and an NCCL all-reduce over all GPUs, each with a deadline (gpu_p2p.c, gpu_nccl.c). Environment variables that
  * change behaviour are listed. This file changes nothing on the machine.
  */
 #include <sched.h>
@@ -17,6 +17,7 @@
 #include "catalog.h"
 #include "comm.h"
 #include "config.h"
+#include "../topology/gpu_nccl.h"
 #include "../topology/gpu_p2p.h"
 #include "../results/env.h"
 #include "../topology/gpu_probe.h"
@@ -203,11 +204,6 @@ static void check_libs(doctor *d, const tfb_gpu_probe *g) {
     }
 }
 
-static void check_needs_backend(doctor *d, const tfb_gpu_probe *g) {
-    int gpus = g->driver_found && g->n > 0;
-    say(d, CHK_NA, "NCCL all-reduce", NULL, "%s", gpus ? "needs tfbench's CUDA backend, not in this build" : "no GPU");
-}
-
 /* say() and leave the calling check. */
 #define RETSAY(...)          \
     do {                     \
@@ -344,6 +340,25 @@ static void check_precision(doctor *d, const tfb_gpu_probe *g, const tfb_catalog
         prec == TFB_PREC_FP32 ? "runs on CUDA cores everywhere" : "every GPU has tensor cores for it");
 }
 
+/* A 1 MiB NCCL all-reduce over every GPU from this process, within the deadline, with the sums checked. */
+static void check_nccl(doctor *d, const tfb_gpu_probe *g, double timeout) {
+    if (!g->driver_found || g->n == 0 || g->init_error) { say(d, CHK_NA, "NCCL all-reduce", NULL, "no GPU"); return; }
+    static tfb_nccl_result r;
+    tfb_nccl_status st = tfb_nccl_check(g->n, timeout, &r);
+    if (st == TFB_NCCL_OK)
+        say(d, CHK_OK, "NCCL all-reduce", NULL, "%d GPU%s, 1 MiB: sums right in %.0f ms", r.gpus, r.gpus > 1 ? "s" : "",
+            r.seconds * 1e3);
+    else if (st == TFB_NCCL_TIMED_OUT)
+        say(d, CHK_FAIL, "NCCL all-reduce", ACS_FIX, "%d GPUs: no result within %g s (stuck %s)", r.gpus, timeout, r.stage);
+    else if (st == TFB_NCCL_WRONG_SUM)
+        say(d, CHK_FAIL, "NCCL all-reduce", ACS_FIX, "%d GPUs: wrong sums: %s", r.gpus, r.why);
+    else if (st == TFB_NCCL_FAILED)
+        say(d, CHK_FAIL, "NCCL all-reduce", "NCCL_DEBUG=INFO shows NCCL's own account", "%s", r.why);
+    else
+        say(d, CHK_FAIL, "NCCL all-reduce", "install NCCL and the CUDA runtime, or add their folder to LD_LIBRARY_PATH",
+            "not run: %s", r.why);
+}
+
 typedef struct {
     int prec;                /* --precision, -1: not given */
     double timeout;          /* --timeout: seconds for the P2P copies */
@@ -368,7 +383,7 @@ static void run_checks(doctor *d, const tfb_gpu_probe *g, const rank_facts *all,
     check_libs(d, g);
     check_nvml(d, g);
     check_p2p(d, g, o->timeout);
-    check_needs_backend(d, g);
+    check_nccl(d, g, o->timeout);
     check_environment(d, envp);
     printf("%d checks, %d failed\n", d->total, d->fails);
     if (topo_ok) tfb_topo_free(&t);
@@ -397,8 +412,8 @@ static int parse_args(int argc, char **argv, doctor_opts *o) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             printf("usage: [mpirun -np N] tfbench doctor [--precision fp32|tf32|fp16|bf16|fp8] [--timeout S]\n"
-                   "  checks the launcher, MPI, hwloc, binding, driver, GPUs, CUDA libraries, P2P copies between GPUs\n"
-                   "  (each given --timeout seconds, default 20) and environment; with --precision, whether every GPU\n"
+                   "  checks the launcher, MPI, hwloc, binding, driver, GPUs, CUDA libraries, P2P copies between GPUs and\n"
+                   "  an NCCL all-reduce (each given --timeout seconds, default 20) and environment; with --precision, whether every GPU\n"
                    "  has tensor cores for it; exit 1 when a check fails\n");
             exit(0);
         }

@@ -916,8 +916,14 @@ def test_checkpointing():
 
 
 def doctor(env_extra, ranks=1, args=()):
+    """tfbench doctor; with the stub driver the stub CUDA runtime and NCCL come too (unless env_extra names others)."""
+    stubs = os.path.join(ROOT, os.environ.get("TFB_BUILD", "build"), "tests")
+    env = dict(ENV, **env_extra)
+    if "TFB_TEST_LIBCUDA" in env_extra:
+        env.setdefault("TFB_TEST_LIBCUDART", os.path.join(stubs, "libfakecudart.so"))
+        env.setdefault("TFB_TEST_LIBNCCL", os.path.join(stubs, "libfakenccl.so"))
     cmd = (["mpirun", "-np", str(ranks)] if ranks > 1 else []) + [BIN, "doctor"] + list(args)
-    return subprocess.run(cmd, env=dict(ENV, **env_extra), capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_doctor():
@@ -955,6 +961,16 @@ def test_doctor():
           and "NCCL_P2P_DISABLE=1" in p.stdout and time.time() - t0 < 30, p.stdout[-900:])
     p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_P2P_CORRUPT": "1"})
     check("doctor_p2p_corrupted_copy_fails", p.returncode == 1 and "the copied data arrived wrong" in p.stdout, p.stdout[-900:])
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_DEVICES": "4"})
+    check("doctor_nccl_allreduce_sums_checked", "✓ NCCL all-reduce  4 GPUs, 1 MiB: sums right" in p.stdout, p.stdout[-900:])
+    t0 = time.time()
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_NCCL_HANG": "1"}, args=["--timeout", "1"])
+    check("doctor_nccl_hang_ends_at_deadline_with_stage_and_hint", p.returncode == 1 and "✗ NCCL all-reduce" in p.stdout
+          and "no result within 1 s (stuck in the all-reduce)" in p.stdout and "NCCL_P2P_DISABLE=1" in p.stdout and time.time() - t0 < 30, p.stdout[-900:])
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_NCCL_WRONG": "1"})
+    check("doctor_nccl_wrong_sum_fails", p.returncode == 1 and "wrong sums: GPU 0 holds 4" in p.stdout, p.stdout[-900:])
+    p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_NCCL_ASYNC_ERROR": "6"})
+    check("doctor_nccl_async_error_fails", p.returncode == 1 and "communicator reported error 6" in p.stdout, p.stdout[-900:])
     p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_V100": "1"}, args=["--precision", "bf16"])
     check("doctor_bf16_on_volta_fails", p.returncode == 1 and "✗ tensor cores" in p.stdout and "Volta" in p.stdout, p.stdout[:1500])
     p = doctor({"TFB_TEST_LIBCUDA": fake, "FAKE_CUDA_V100": "1"}, args=["--precision", "fp16"])

@@ -1,13 +1,13 @@
 /* gpu_p2p.c — see gpu_p2p.h. Driver API signatures are declared here (CUresult and CUdevice are ints, a context
  * a pointer, a device pointer an unsigned 64-bit integer), so no CUDA header is needed to build it. */
 #include <dlfcn.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "gpu_p2p.h"
+#include "deadline.h"
 
 enum { COPY_BYTES = 1 << 20, PEER_ACCESS_ALREADY_ENABLED = 704 };
 
@@ -29,11 +29,10 @@ typedef struct {
 } driver;
 
 typedef struct {
+    tfb_deadline dl;           /* first: the thread's view and the waiter's */
     driver cu;
     tfb_p2p_result *r;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int current, done, abandoned;
+    int current;
     unsigned char *src, *dst;  /* host buffers, COPY_BYTES each */
 } p2p_job;
 
@@ -121,47 +120,29 @@ static double now_s(void) {
 static void *worker(void *arg) {
     p2p_job *j = arg;
     for (int i = 0;; i++) {
-        pthread_mutex_lock(&j->mu);
+        pthread_mutex_lock(&j->dl.mu);
         int more = i < j->r->n_pairs;
         tfb_p2p_pair p = more ? j->r->pair[i] : (tfb_p2p_pair){0}; /* worked on privately: see below */
         if (more) j->current = i;
-        pthread_mutex_unlock(&j->mu);
+        pthread_mutex_unlock(&j->dl.mu);
         if (!more) break;
         double t0 = now_s();
         p.status = pair_run(j, &p);
         p.seconds = now_s() - t0;
-        pthread_mutex_lock(&j->mu);
-        int gone = j->abandoned;
+        pthread_mutex_lock(&j->dl.mu);
+        int gone = j->dl.abandoned;
         if (!gone) j->r->pair[i] = p;
-        pthread_mutex_unlock(&j->mu);
+        pthread_mutex_unlock(&j->dl.mu);
         if (gone) return NULL; /* the caller gave up on us: its result must not change */
     }
-    pthread_mutex_lock(&j->mu);
-    j->done = 1;
-    pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->mu);
+    tfb_deadline_finish(&j->dl);
     return NULL;
 }
 
-/* Waits for the worker until the deadline; marks the pair under way as timed out when it passes. Returns whether
- * the worker finished (else it is abandoned: it will not touch the result again). */
-static int wait_deadline(p2p_job *j, double deadline_s) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)deadline_s;
-    until.tv_nsec += (long)((deadline_s - (double)(time_t)deadline_s) * 1e9);
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-    pthread_mutex_lock(&j->mu);
-    int rc = 0;
-    while (!j->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&j->cv, &j->mu, &until);
-    int finished = j->done;
-    if (!finished) {
-        j->abandoned = 1;
-        j->r->pair[j->current].status = TFB_P2P_TIMED_OUT;
-        j->r->pair[j->current].seconds = deadline_s;
-    }
-    pthread_mutex_unlock(&j->mu);
-    return finished;
+/* Under the deadline's lock when it passed: the pair under way timed out. */
+static void mark_timeout(void *arg) {
+    p2p_job *j = arg;
+    j->r->pair[j->current].status = TFB_P2P_TIMED_OUT;
 }
 
 tfb_p2p_status tfb_p2p_check(int n, double deadline_s, tfb_p2p_result *r) {
@@ -179,29 +160,17 @@ tfb_p2p_status tfb_p2p_check(int n, double deadline_s, tfb_p2p_result *r) {
         return TFB_P2P_NOT_RUN;
     }
     j->r = r;
-    pthread_t t;
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    if (!driver_load(&j->cu, r->why, sizeof r->why) || pthread_create(&t, NULL, worker, j) != 0) {
-        if (!r->why[0]) snprintf(r->why, sizeof r->why, "cannot start a thread");
-        free(j->src);
-        free(j->dst);
-        free(j);
-        return TFB_P2P_NOT_RUN;
-    }
-    int finished = wait_deadline(j, deadline_s);
-    tfb_p2p_status worst = TFB_P2P_OK;
-    for (int i = 0; i < r->n_pairs; i++)
+    tfb_deadline_init(&j->dl);
+    int run = driver_load(&j->cu, r->why, sizeof r->why) ? tfb_deadline_run(&j->dl, worker, j, deadline_s, mark_timeout)
+                                                         : 0;
+    if (run == 0 && !r->why[0]) snprintf(r->why, sizeof r->why, "cannot start a thread");
+    tfb_p2p_status worst = run == 0 ? TFB_P2P_NOT_RUN : TFB_P2P_OK;
+    for (int i = 0; run != 0 && i < r->n_pairs; i++)
         if (r->pair[i].status > worst) worst = r->pair[i].status;
-    if (finished) {
-        pthread_join(t, NULL);
-        pthread_mutex_destroy(&j->mu);
-        pthread_cond_destroy(&j->cv);
+    if (run >= 0) { /* finished or never started: the job is ours to free */
         free(j->src);
         free(j->dst);
         free(j);
-    } else {
-        pthread_detach(t);
     }
     return worst;
 }

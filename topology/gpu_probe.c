@@ -101,16 +101,32 @@ static void version_of(void *h, const char *which, char *out, size_t n) {
     }
 }
 
-void tfb_lib_probe_run(const char *which, tfb_lib_probe *out) {
+/* The sonames tried for a library, newest first. */
+static const char *const *lib_names(const char *which) {
     static const char *const cudart[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", NULL},
                              *const cublas[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", NULL},
                              *const cudnn[] = {"libcudnn.so.9", "libcudnn.so.8", NULL},
                              *const nccl[] = {"libnccl.so.2", NULL}, *const nvml[] = {"libnvidia-ml.so.1", NULL};
-    const char *const *names = strcmp(which, "cudart") == 0 ? cudart : strcmp(which, "cublas") == 0 ? cublas
-                             : strcmp(which, "cudnn") == 0  ? cudnn  : strcmp(which, "nccl") == 0   ? nccl
-                                                                                                     : nvml;
+    return strcmp(which, "cudart") == 0 ? cudart : strcmp(which, "cublas") == 0 ? cublas
+         : strcmp(which, "cudnn") == 0  ? cudnn  : strcmp(which, "nccl") == 0   ? nccl
+                                                                                 : nvml;
+}
+
+void *tfb_lib_open(const char *which, char *soname, size_t len) {
+    char var[32];
+    snprintf(var, sizeof var, "TFB_TEST_LIB%s", which);
+    for (char *c = var; *c; c++) *c = (char)(*c >= 'a' && *c <= 'z' ? *c - 32 : *c);
+    const char *test = getenv(var);
+    if (test && test[0]) {
+        snprintf(soname, len, "%s", strrchr(test, '/') ? strrchr(test, '/') + 1 : test);
+        return dlopen(test, RTLD_NOW | RTLD_LOCAL);
+    }
+    return open_first(lib_names(which), soname, len);
+}
+
+void tfb_lib_probe_run(const char *which, tfb_lib_probe *out) {
     memset(out, 0, sizeof *out);
-    void *h = open_first(names, out->soname, sizeof out->soname);
+    void *h = tfb_lib_open(which, out->soname, sizeof out->soname);
     if (!h) return;
     out->found = 1;
     version_of(h, which, out->version, sizeof out->version);

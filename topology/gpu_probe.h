@@ -36,5 +36,8 @@ typedef struct {
 void tfb_gpu_probe_run(tfb_gpu_probe *p);
 /* which: "cudart", "cublas", "cudnn", "nccl" or "nvml"; searched on the loader's path, then in the toolkit. */
 void tfb_lib_probe_run(const char *which, tfb_lib_probe *out);
+/* dlopen of one of those libraries (NULL when none loads), soname gets which; TFB_TEST_LIBCUDART, TFB_TEST_LIBNCCL,
+ * ... (the name upper-cased) load a stub instead. */
+void *tfb_lib_open(const char *which, char *soname, size_t len);
 
 #endif
