@@ -19,7 +19,7 @@ clang "${flags[@]}" tests/fuzz/fuzz_results.c results/compare.c results/results_
     results/report_data.c bench/csv.c bench/stats.c kernels/check.c -lcjson -lm \
     -o "$out/fuzz_results" || exit 1
 clang "${flags[@]}" tests/fuzz/fuzz_csv.c bench/catalog.c bench/csv.c results/report_data.c kernels/check.c -lm -o "$out/fuzz_csv" || exit 1
-clang "${flags[@]}" tests/fuzz/fuzz_topo.c topology/topo.c topology/topo_nvml.c topology/nvml.c topology/bind.c \
+clang "${flags[@]}" tests/fuzz/fuzz_topo.c topology/topo.c topology/topo_nvml.c topology/nvml.c topology/bind.c topology/gpu_probe.c \
     kernels/check.c -lhwloc -ldl -lm \
     -o "$out/fuzz_topo" || exit 1
 status=0

@@ -1,6 +1,6 @@
 /* fake_libcuda.c — a stand-in for the NVIDIA driver library, loaded by `tfbench doctor` through
  * TFB_TEST_LIBCUDA so that its GPU checks and their failure paths run on machines without a GPU. Only the driver
- * API calls gpu_probe.c makes exist. FAKE_CUDA_VERSION (default 13000), FAKE_CUDA_DEVICES (default 2) and
+ * API calls gpu_probe.c and gpu_p2p.c make exist. FAKE_CUDA_VERSION (default 13000), FAKE_CUDA_DEVICES (default 2) and
  * FAKE_CUDA_INIT_ERROR (default 0) set what it answers; every device is an "NVIDIA H100 80GB HBM3" (compute
  * capability 9.0), or with FAKE_CUDA_V100=1 a "Tesla V100-SXM2-32GB" (7.0). */
 #include <stdio.h>
@@ -14,8 +14,30 @@ static int env_int(const char *name, int def) {
 
 int cuInit(unsigned flags) { (void)flags; return env_int("FAKE_CUDA_INIT_ERROR", 0); }
 int cuDriverGetVersion(int *v) { *v = env_int("FAKE_CUDA_VERSION", 13000); return 0; }
-int cuDeviceGetCount(int *n) { *n = env_int("FAKE_CUDA_DEVICES", 2); return 0; }
-int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return ordinal < env_int("FAKE_CUDA_DEVICES", 2) ? 0 : 101; }
+/* FAKE_CUDA_BUSIDS: comma list of dddd:bb:dd.0 in CUDA order (it sets the device count); else devices sit at
+ * 0000:18:00.0, 0000:28:00.0, ... */
+static int bus_id(int dev, unsigned part) {
+    const char *list = getenv("FAKE_CUDA_BUSIDS");
+    unsigned id[3] = {0, 0x18u + 0x10u * (unsigned)dev, 0};
+    for (int i = 0; list && list[0] && i <= dev; i++) {
+        if (sscanf(list, "%x:%x:%x", &id[0], &id[1], &id[2]) != 3) return -1;
+        list = strchr(list, ',');
+        if (!list && i < dev) return -1;
+        if (list) list++;
+    }
+    return (int)id[part];
+}
+
+static int device_count(void) {
+    const char *list = getenv("FAKE_CUDA_BUSIDS");
+    int n = 1;
+    if (!list || !list[0]) return env_int("FAKE_CUDA_DEVICES", 2);
+    for (const char *c = list; *c; c++) n += *c == ',';
+    return n;
+}
+
+int cuDeviceGetCount(int *n) { *n = device_count(); return 0; }
+int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return ordinal < device_count() ? 0 : 101; }
 int cuDeviceGetName(char *name, int len, int dev) {
     (void)dev;
     snprintf(name, (size_t)len, "%s", env_int("FAKE_CUDA_V100", 0) ? "Tesla V100-SXM2-32GB" : "NVIDIA H100 80GB HBM3");
@@ -29,7 +51,9 @@ int cuDeviceGetAttribute(int *v, int attr, int dev) {
     case 76: *v = 0; break;              /* minor */
     case 16: *v = 132; break;            /* SMs */
     case 13: *v = 1980000; break;        /* clock, kHz */
-    case 33: *v = 0x18 + 0x10 * dev; break; /* PCI bus */
+    case 50: *v = bus_id(dev, 0); break;  /* PCI domain */
+    case 33: *v = bus_id(dev, 1); break;  /* PCI bus */
+    case 34: *v = bus_id(dev, 2); break;  /* PCI device */
     default: *v = 0;
     }
     return 0;

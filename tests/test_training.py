@@ -23,7 +23,7 @@
   is ended by the --timeout watchdog naming each rank's operation; a NaN on one rank is seen by every rank; a
   results directory removed mid-run leaves the results in a fallback file; concurrent runs never share a file.
 """
-import array, csv, io, json, math, os, random, shutil, signal, struct, subprocess, sys, tempfile, time
+import array, csv, io, json, math, os, re, random, shutil, signal, struct, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, os.environ.get("TFB_BUILD", "build"), "tfbench")
@@ -774,6 +774,16 @@ def test_topology():
     p = subprocess.run([BIN, "topo", "--topology", os.path.join(fix, "2socket-k40m-pcie.xml")], env=ENV, capture_output=True, text=True)
     check("topo_k40m_one_gpu_numa_1_no_nvlink", p.returncode == 0 and "GPU0    X       8-15,24-31              1" in p.stdout
           and "Tesla K40m" in p.stdout and "NV" not in p.stdout.split("Legend")[0], p.stdout[:400])
+    nocuda = os.path.join(TMP, "power8-without-cuda-osdevs.xml")  # as Debian's hwloc (no CUDA plugin) sees a machine
+    open(nocuda, "w").write(re.sub(r'<object type="OSDev"[^>]*name="cuda\d+".*?</object>\s*', "",
+                                   open(os.path.join(fix, "power8-4xP100-nvlink.xml")).read(), flags=re.S))
+    p = subprocess.run([BIN, "topo", "--topology", nocuda], capture_output=True, text=True,
+                       env=dict(ENV, TFB_TEST_LIBCUDA=os.path.join(ROOT, os.environ.get("TFB_BUILD", "build"), "tests", "libfakecuda.so"),
+                                FAKE_CUDA_BUSIDS="000a:01:00.0,0002:01:00.0,0003:01:00.0"))
+    gpus = [l.split("pci ")[1].split()[0] for l in p.stdout.splitlines() if l.startswith("  GPU") and "pci " in l]
+    check("topo_cuda_driver_order_joined_on_pci", p.returncode == 0 and gpus == ["000a:01:00.0", "0002:01:00.0", "0003:01:00.0"]
+          and "cuda0" in p.stdout and "1 more NVIDIA GPU on the PCI bus without a CUDA device" in p.stdout
+          and "GPU1    SYS     X       NV2" in p.stdout, p.stdout[:1200] + p.stderr)
     stubs = os.path.join(ROOT, os.environ.get("TFB_BUILD", "build"), "tests")
     nvml = dict(ENV, TFB_TEST_LIBNVML=os.path.join(stubs, "libfakenvml.so"),
                 FAKE_NVML_BUSIDS="0002:01:00.0,0003:01:00.0,000a:01:00.0,000b:01:00.0")

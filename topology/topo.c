@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <hwloc.h>
 #include "topo.h"
+#include "gpu_probe.h"
 
 #define NVIDIA 0x10de
 
@@ -100,7 +101,27 @@ static int by_cuda_index(const void *a, const void *b) {
     return ((const tfb_gpu *)a)->cuda_index - ((const tfb_gpu *)b)->cuda_index;
 }
 
-/* NVIDIA PCI devices; when some have CUDA devices, those alone, in CUDA's order. */
+/* On this machine (or with a stub driver), the CUDA driver's device order joined to the PCI devices on (domain,
+ * bus, device), for topologies whose hwloc has no CUDA OS devices. Returns how many joined. */
+static int join_cuda_order(const tfb_topo *t, tfb_gpu *all, int n) {
+    const char *stub = getenv("TFB_TEST_LIBCUDA");
+    if (!t->is_this_machine && !(stub && stub[0])) return 0;
+    static tfb_gpu_probe p;
+    int joined = 0;
+    tfb_gpu_probe_run(&p);
+    for (int k = 0; k < p.n; k++) {
+        unsigned dom, bus, dev;
+        if (sscanf(p.dev[k].bus_id, "%x:%x:%x", &dom, &bus, &dev) != 3) continue;
+        for (int i = 0; i < n; i++)
+            if (all[i].cuda_index < 0 && all[i].domain == dom && all[i].bus == bus && all[i].dev == dev) {
+                all[i].cuda_index = k;
+                joined++;
+            }
+    }
+    return joined;
+}
+
+/* NVIDIA PCI devices; when some have CUDA devices (hwloc's, else the live driver's), those alone, in CUDA's order. */
 static void find_gpus(tfb_topo *t) {
     static tfb_gpu all[TFB_TOPO_MAX_GPUS];
     int n = 0, with_cuda = 0;
@@ -110,6 +131,7 @@ static void find_gpus(tfb_topo *t) {
         gpu_from_pci(t, &all[n], o);
         with_cuda += all[n++].cuda_index >= 0;
     }
+    if (!with_cuda) with_cuda = join_cuda_order(t, all, n);
     for (int i = 0; i < n; i++)
         if (!with_cuda || all[i].cuda_index >= 0) t->gpus[t->n_gpus++] = all[i];
         else t->other_nvidia++;

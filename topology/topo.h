@@ -20,7 +20,7 @@ typedef struct {
     char name[96];            /* the GPU model (OS device info) or the PCI device name */
     char busid[16];           /* dddd:bb:dd.f */
     unsigned domain, bus, dev, func;
-    int cuda_index;           /* from a cudaN OS device; -1 when the topology has none for it */
+    int cuda_index;           /* from a cudaN OS device, else the live driver's order; -1: not a CUDA device */
     int numa;                 /* OS index of the NUMA node it is local to; -1 when unknown */
     char cpulist[256];        /* cores (PUs) local to it, as a list: "0-7,16-23" */
     double pcie_gbs;          /* PCIe link speed hwloc recorded (or NVML's current link), GB/s (0: not recorded) */
