@@ -1,10 +1,8 @@
 /* catalog.c — see catalog.h. */
 #include <ctype.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include "catalog.h"
 #include "csv.h"
 #include "config.h"
@@ -90,19 +88,12 @@ static tfb_status add_arch(void *ctx, char **f, int n, int line, char *err, size
 }
 
 tfb_status tfb_catalog_load(tfb_catalog *c, const char *dir, char *err, size_t n) {
-    char base[PATH_MAX], path[PATH_MAX + 32], msg[512];
+    char msg[600];
     memset(c, 0, sizeof *c);
-    if (dir) snprintf(base, sizeof base, "%s", dir);
-    else tfb_csv_data_dir(base, sizeof base);
-    snprintf(path, sizeof path, "%s/gpus.csv", base);
-    tfb_status st = tfb_csv_read(path, GPU_HEADER, add_gpu, c, msg, sizeof msg);
-    if (st == TFB_OK) {
-        snprintf(path, sizeof path, "%s/gpu-archs.csv", base);
-        st = tfb_csv_read(path, ARCH_HEADER, add_arch, c, msg, sizeof msg);
-    }
+    tfb_status st = tfb_csv_read_data(dir, "gpus.csv", GPU_HEADER, add_gpu, c, msg, sizeof msg);
+    if (st == TFB_OK) st = tfb_csv_read_data(dir, "gpu-archs.csv", ARCH_HEADER, add_arch, c, msg, sizeof msg);
     if (st != TFB_OK) {
-        snprintf(err, n, "GPU catalog: %s%s%s", strncmp(msg, "line", 4) == 0 ? path : "",
-                 strncmp(msg, "line", 4) == 0 ? ": " : "", msg);
+        snprintf(err, n, "GPU catalog: %s", msg);
         tfb_catalog_free(c);
     }
     return st;

@@ -94,3 +94,23 @@ void tfb_csv_data_dir(char *dir, size_t n) {
     if (slash) *slash = '\0';
     if (snprintf(dir, n, "%s/../data", exe) >= (int)n) snprintf(dir, n, "data");
 }
+
+tfb_status tfb_csv_read_named(const char *path, const char *header, tfb_csv_row_fn row, void *ctx, char *err,
+                              size_t n) {
+    char msg[512];
+    tfb_status st = tfb_csv_read(path, header, row, ctx, msg, sizeof msg);
+    if (st != TFB_OK) {
+        int about_line = strncmp(msg, "line", 4) == 0;
+        snprintf(err, n, "%s%s%s", about_line ? path : "", about_line ? ": " : "", msg);
+    }
+    return st;
+}
+
+tfb_status tfb_csv_read_data(const char *dir, const char *name, const char *header, tfb_csv_row_fn row, void *ctx,
+                             char *err, size_t n) {
+    char base[PATH_MAX], path[PATH_MAX + 64];
+    if (dir) snprintf(base, sizeof base, "%s", dir);
+    else tfb_csv_data_dir(base, sizeof base);
+    snprintf(path, sizeof path, "%s/%.60s", base, name);
+    return tfb_csv_read_named(path, header, row, ctx, err, n);
+}

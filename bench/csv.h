@@ -17,6 +17,12 @@ int tfb_csv_split(char *line, char **fields, int max);
 /* Reads `path`; the first data line must equal `header` (after trimming). Errors name the file and line. */
 tfb_status tfb_csv_read(const char *path, const char *header, tfb_csv_row_fn row, void *ctx, char *err,
                         size_t err_len);
+/* tfb_csv_read whose messages all name the file: a row callback's "line N: ..." becomes "path: line N: ...". */
+tfb_status tfb_csv_read_named(const char *path, const char *header, tfb_csv_row_fn row, void *ctx, char *err,
+                              size_t err_len);
+/* tfb_csv_read_named of `name` in dir, or (dir NULL) in tfbench's data folder. */
+tfb_status tfb_csv_read_data(const char *dir, const char *name, const char *header, tfb_csv_row_fn row, void *ctx,
+                             char *err, size_t err_len);
 /* tfbench's data folder (GPU catalog, published figures): $TFB_DATA_DIR, else data/ beside the executable's
  * folder (../data from it). */
 void tfb_csv_data_dir(char *dir, size_t n);

@@ -1,5 +1,4 @@
 /* report_data.c — see report_data.h. */
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,21 +46,11 @@ static tfb_status price_row(void *ctx, char **f, int n, int line, char *err, siz
     return TFB_OK;
 }
 
-/* Prefixes messages about a line with the file's name, as "path:line N: ...". */
-static void name_file(const char *path, const char *msg, char *err, size_t len) {
-    int about_line = strncmp(msg, "line", 4) == 0;
-    snprintf(err, len, "%s%s%s", about_line ? path : "", about_line ? ": " : "", msg);
-}
-
 tfb_status tfb_prices_load(tfb_prices *p, const char *path, char *err, size_t len) {
-    char msg[512];
     memset(p, 0, sizeof *p);
-    tfb_status st = tfb_csv_read(path, TFB_PRICES_HEADER, price_row, p, msg, sizeof msg);
-    if (st == TFB_OK && p->n == 0) { snprintf(msg, sizeof msg, "%s: no machines listed", path); st = TFB_ERR_ARG; }
-    if (st != TFB_OK) {
-        name_file(path, msg, err, len);
-        tfb_prices_free(p);
-    }
+    tfb_status st = tfb_csv_read_named(path, TFB_PRICES_HEADER, price_row, p, err, len);
+    if (st == TFB_OK && p->n == 0) { snprintf(err, len, "%s: no machines listed", path); st = TFB_ERR_ARG; }
+    if (st != TFB_OK) tfb_prices_free(p);
     return st;
 }
 
@@ -102,16 +91,9 @@ static tfb_status published_row(void *ctx, char **f, int n, int line, char *err,
 }
 
 tfb_status tfb_published_load(tfb_published_set *s, const char *dir, char *err, size_t len) {
-    char base[PATH_MAX], path[PATH_MAX + 32], msg[512];
     memset(s, 0, sizeof *s);
-    if (dir) snprintf(base, sizeof base, "%s", dir);
-    else tfb_csv_data_dir(base, sizeof base);
-    snprintf(path, sizeof path, "%s/published.csv", base);
-    tfb_status st = tfb_csv_read(path, PUBLISHED_HEADER, published_row, s, msg, sizeof msg);
-    if (st != TFB_OK) {
-        name_file(path, msg, err, len);
-        tfb_published_free(s);
-    }
+    tfb_status st = tfb_csv_read_data(dir, "published.csv", PUBLISHED_HEADER, published_row, s, err, len);
+    if (st != TFB_OK) tfb_published_free(s);
     return st;
 }
 

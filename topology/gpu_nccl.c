@@ -8,6 +8,7 @@
 #include "gpu_nccl.h"
 #include "gpu_probe.h"
 #include "deadline.h"
+#include "../bench/clock.h"
 
 enum { MAX_GPUS = 8, COUNT = 1 << 18, NOT_READY = 600, NCCL_FLOAT32 = 7, NCCL_SUM = 0, H2D = 1, D2H = 2 };
 
@@ -143,20 +144,14 @@ static void release(nccl_job *j) {
     }
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void *worker(void *arg) {
     nccl_job *j = arg;
-    double t0 = now_s();
+    double t0 = tfb_clock_s();
     tfb_nccl_status st = allreduce_run(j);
     release(j);
     pthread_mutex_lock(&j->dl.mu);
     j->res.status = st;
-    j->res.seconds = now_s() - t0;
+    j->res.seconds = tfb_clock_s() - t0;
     pthread_mutex_unlock(&j->dl.mu);
     tfb_deadline_finish(&j->dl);
     return NULL;

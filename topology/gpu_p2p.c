@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "gpu_p2p.h"
 #include "deadline.h"
+#include "../bench/clock.h"
 
 enum { COPY_BYTES = 1 << 20, PEER_ACCESS_ALREADY_ENABLED = 704 };
 
@@ -111,12 +111,6 @@ static tfb_p2p_status pair_run(p2p_job *j, tfb_p2p_pair *p) {
     return st;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void *worker(void *arg) {
     p2p_job *j = arg;
     for (int i = 0;; i++) {
@@ -126,9 +120,9 @@ static void *worker(void *arg) {
         if (more) j->current = i;
         pthread_mutex_unlock(&j->dl.mu);
         if (!more) break;
-        double t0 = now_s();
+        double t0 = tfb_clock_s();
         p.status = pair_run(j, &p);
-        p.seconds = now_s() - t0;
+        p.seconds = tfb_clock_s() - t0;
         pthread_mutex_lock(&j->dl.mu);
         int gone = j->dl.abandoned;
         if (!gone) j->r->pair[i] = p;
