@@ -460,7 +460,7 @@ class FakeRapl:
     rises twice a second (repeated on two CPUs of package 0, as Linux does)."""
 
     def __init__(self, root):
-        self.root, self.t0, self.stop = root, time.time(), False
+        self.root, self.t0, self.stop, self.max_gap = root, time.time(), False, 0.0
         self.watts = {"intel-rapl:0": 100.0, "intel-rapl:1": 50.0, "intel-rapl:0:0": 30.0}
         for zone, name in (("intel-rapl:0", "package-0"), ("intel-rapl:1", "package-1"), ("intel-rapl:0:0", "dram")):
             d = os.path.join(root, "class", "powercap", zone)
@@ -490,8 +490,12 @@ class FakeRapl:
             self.put(os.path.join(self.root, "devices", "system", "cpu", f"cpu{cpu}", "thermal_throttle", "package_throttle_count"), f"{count}\n")
 
     def run(self):
+        last = time.time()
         while not self.stop:
             self.write()
+            now = time.time()
+            self.max_gap = max(self.max_gap, now - last)  # how stale a reader's value can be (grows under load)
+            last = now
             time.sleep(0.005)
 
 
@@ -507,11 +511,14 @@ def test_energy():
             e = r["summary"]["energy"] if r else {}
             window = sum(t["window_s"] for t in r["summary"]["trials"]) if r else 1
             samples = r["config"]["global_batch"] * 20 * 2 if r else 1
-            ok = e.get("measured") is True and abs(e["mean_w"] / 150 - 1) < 0.05 and abs(e["joules"] / (150 * window) - 1) < 0.05
+            # every counter read can be stale by the simulator's largest write gap: the bounds include it
+            trials, gap = (len(r["summary"]["trials"]) if r else 1), fake.max_gap
+            mean_tol, peak_tol = 0.05 + 2 * trials * gap / window, 0.05 + 2 * gap
+            ok = e.get("measured") is True and abs(e["mean_w"] / 150 - 1) < mean_tol and abs(e["joules"] / (150 * window) - 1) < mean_tol
             ok = ok and abs(e["joules_per_sample"] - e["joules"] / samples) < 1e-9 * e["joules"] and e["sampling_intervals"] >= 2
-            ok = ok and abs(e["peak_w_1s"] / 150 - 1) < 0.1 and abs(e["throttle_events"] - 2 * window) <= 2 * len(r["summary"]["trials"]) + 1
+            ok = ok and abs(e["peak_w_1s"] / 150 - 1) < peak_tol and abs(e["throttle_events"] - 2 * window) <= 2 * trials + 1 + 4 * trials * gap
             check(f"energy_{ranks}_rank{'s' if ranks > 1 else ''}_150w_packages_wrapping_one_reader_per_node", ok,
-                  f"{e} window {window} {p.stderr[-300:]}")
+                  f"{e} window {window} largest write gap {fake.max_gap:.3f} s {p.stderr[-300:]}")
             check(f"energy_{ranks}_rank_table_line", "W mean" in p.stdout and "J/sample" in p.stdout and "RAPL" in p.stdout, p.stdout[-600:])
         bad = os.path.join(fake.root, "class", "powercap", "intel-rapl:1", "energy_uj")
         fake.stop = True
