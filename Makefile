@@ -1,6 +1,7 @@
 # tfbench build. `make` configures (probing dependencies by compiling), then builds build/tfbench and the tests.
 # `make run` and `make test` first install missing Debian packages (scripts/install-deps.sh).
-# `make CUDA=0` forces the CPU-only build. ARCH_FLAGS overrides -march=native.
+# `make CUDA=0` forces the CPU-only build; CUDA_ARCHS="80 90" picks the GPU architectures (default 70 75 80 86 89 90,
+# less those nvcc cannot target). ARCH_FLAGS overrides -march=native.
 
 BUILD      := build
 CC         := mpicc
@@ -17,16 +18,18 @@ LIB_SRC := kernels/check.c kernels/registry.c kernels/cpu/cpu_backend.c kernels/
            bench/comm_mpi.c bench/options.c bench/models.c bench/bert.c bench/bert_layer.c bench/resnet.c bench/workload.c bench/mempool.c bench/npy.c \
            bench/ddp.c bench/optim.c bench/grid.c bench/schedule.c bench/strategy.c bench/train.c bench/power.c bench/energy.c bench/watchdog.c bench/stats.c bench/peak.c bench/report.c bench/run.c bench/topo_main.c bench/links.c bench/csv.c bench/catalog.c bench/estimate.c bench/doctor.c topology/topo.c topology/gpu_probe.c topology/gpu_p2p.c topology/gpu_nccl.c topology/deadline.c topology/nvml.c topology/topo_nvml.c topology/bind.c \
            results/env.c results/summary.c results/results_json.c results/compare.c results/results_read.c results/report_data.c results/report_machines.c results/event_log.c
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
-TESTS   := $(BUILD)/tests/test_ops $(BUILD)/tests/test_cnn_ops $(BUILD)/tests/test_bert_layer $(BUILD)/tests/test_model $(BUILD)/tests/test_comm $(BUILD)/tests/test_parallel $(BUILD)/tests/test_topo $(BUILD)/tests/test_catalog $(BUILD)/tests/libfakecuda.so $(BUILD)/tests/libfakenvml.so $(BUILD)/tests/libfakecudart.so $(BUILD)/tests/libfakenccl.so
+CUDA_SRC := kernels/cuda/cuda_backend.cu kernels/cuda/cuda_blas.cu kernels/cuda/cuda_ops.cu kernels/cuda/cuda_cnn.cu \
+            kernels/cuda/cuda_shard.cu kernels/cuda/cuda_comm.cu
+LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o) $(if $(filter 1,$(CUDA_BACKEND)),$(CUDA_SRC:%.cu=$(BUILD)/%.o))
+TESTS   := $(BUILD)/tests/test_ops $(BUILD)/tests/test_cnn_ops $(BUILD)/tests/test_bert_layer $(BUILD)/tests/test_model $(BUILD)/tests/test_comm $(BUILD)/tests/test_parallel $(BUILD)/tests/test_topo $(BUILD)/tests/test_catalog $(BUILD)/tests/gpu_check $(BUILD)/tests/libfakecuda.so $(BUILD)/tests/libfakenvml.so $(BUILD)/tests/libfakecudart.so $(BUILD)/tests/libfakenccl.so
 
-.PHONY: all configure deps run test sanitize bench clean FORCE
+.PHONY: all configure deps run test sanitize bench gpu-check clean FORCE
 all: $(BUILD)/tfbench $(TESTS)
 
 # Probing runs on every make; config.h and config.mk change (and trigger rebuilds) only when a result changes.
 configure: $(BUILD)/config.mk
 $(BUILD)/config.mk: FORCE
-	@CUDA=$(CUDA) scripts/configure.sh $(BUILD)
+	@CUDA=$(CUDA) CUDA_ARCHS="$(CUDA_ARCHS)" scripts/configure.sh $(BUILD)
 $(BUILD)/config.h: $(BUILD)/config.mk
 FORCE:
 -include $(BUILD)/config.mk
@@ -34,6 +37,12 @@ FORCE:
 $(BUILD)/%.o: %.c $(BUILD)/config.h $(wildcard kernels/*.h kernels/cpu/*.h bench/*.h results/*.h topology/*.h tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# CUDA device code: machine code per architecture and PTX for the newest (config.mk's NVCC_GENCODE).
+NVCC_FLAGS := -std=c++17 -O3 -I$(BUILD) $(NVCC_GENCODE) -Xcompiler -Wall,-Wextra,-fPIC --expt-relaxed-constexpr
+$(BUILD)/%.o: %.cu $(BUILD)/config.h $(wildcard kernels/*.h kernels/cuda/*.h bench/comm.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
 
 $(BUILD)/results/env.o: CFLAGS += -DTFB_GIT_COMMIT='"$(GIT_COMMIT)"'
 
@@ -70,6 +79,10 @@ SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-o
 sanitize: deps
 	@$(MAKE) --no-print-directory BUILD=build-sanitize EXTRA_CFLAGS="$(SAN_FLAGS) -O1" EXTRA_LDFLAGS="$(SAN_FLAGS)" all
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 TFB_BUILD=build-sanitize tests/run.sh
+
+# The CUDA backend against the CPU backend, training steps and a short benchmark, on a machine with a GPU.
+gpu-check:
+	scripts/gpu-check.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/bench_conv

@@ -765,7 +765,7 @@ static tfb_status alloc_host_state(bert_model *m) {
 static void init_ctx(bert_model *m) {
     const bert_config *c = &m->cfg;
     int T = m->st.T;
-    m->ctx = (bert_ctx){.be = m->be, .gemm_type = m->wc.gemm_type, .batch = m->B, .seq = m->wc.seq_len,
+    m->ctx = (bert_ctx){.be = m->be, .gemm_type = m->wc.gemm_type, .tf32 = m->wc.tf32, .batch = m->B, .seq = m->wc.seq_len,
                         .hidden = c->hidden, .heads = c->heads / T, .ffn = c->ffn / T,
                         .head_dim = c->hidden / c->heads, .heads_total = c->heads, .tp_rank = m->st.t,
                         .tp = m->wc.tp, .wl = &m->wl, .dropout = m->wc.dropout, .seed = m->wc.seed,

@@ -41,7 +41,8 @@ static tfb_status gemm(const bert_ctx *c, int ta, int tb, int m, int n, int k, c
                        long long sc, int batch) {
     tfb_gemm_desc d = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f, .beta = beta,
                        .a = a, .lda = lda, .stride_a = sa, .b = b, .ldb = ldb, .stride_b = sb, .c = out,
-                       .ldc = ldc, .stride_c = sc, .batch = batch, .in_type = c->gemm_type};
+                       .ldc = ldc, .stride_c = sc, .batch = batch, .in_type = c->gemm_type,
+                       .tf32 = c->tf32};
     return c->be->gemm(c->be->ctx, &d);
 }
 

@@ -24,6 +24,7 @@ struct tfb_workload;
 typedef struct {
     tfb_backend *be;
     tfb_dtype gemm_type;
+    int tf32;                   /* FP32 GEMM inputs rounded to TF32 */
     int batch, seq, hidden;  /* batch: samples in this micro-batch; hidden: the model width H */
     int heads, ffn;          /* heads and FFN width held by this rank (all of them without tensor parallelism) */
     int head_dim;            /* 0: hidden / heads */

@@ -86,7 +86,7 @@ static tfb_status take_own_flags(int *argc, char **argv, est_args *a, char *err,
 }
 
 static const char *prec_label(const tfb_options *o) {
-    return o->gemm_type == TFB_F16 ? "FP16" : o->gemm_type == TFB_BF16 ? "BF16" : "FP32";
+    return o->gemm_type == TFB_F16 ? "FP16" : o->gemm_type == TFB_BF16 ? "BF16" : o->tf32 ? "TF32" : "FP32";
 }
 
 static void print_header(const est_args *a) {
@@ -187,6 +187,7 @@ static int largest_batch(const est_args *a, const tfb_strategy *s, double limit)
 }
 
 static int gpu_precision(const tfb_options *o) {
+    if (o->tf32) return TFB_PREC_TF32;
     return o->gemm_type == TFB_F16 ? TFB_PREC_FP16 : o->gemm_type == TFB_BF16 ? TFB_PREC_BF16 : TFB_PREC_FP32;
 }
 

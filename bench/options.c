@@ -22,7 +22,7 @@ typedef struct {
 #define F(x) offsetof(tfb_options, x), sizeof(((tfb_options *)0)->x)
 static const opt_spec OPTS[] = {
     {"--model", OPT_STR, F(model), "bert-base", 0, 0, "bert-tiny|bert-mini|bert-small|bert-medium|bert-base|bert-large|resnet50|resnet18|resnet-tiny"},
-    {"--precision", OPT_STR, F(precision), "fp32", 0, 0, "fp32|fp16|bf16 (GEMM inputs; FP32 master weights and accumulation)"},
+    {"--precision", OPT_STR, F(precision), "fp32", 0, 0, "fp32|tf32|fp16|bf16 (GEMM and convolution inputs; FP32 master weights and accumulation; tf32: FP32 storage, inputs rounded to TF32 as tensor cores do)"},
     {"--batch", OPT_INT, F(batch), "8", 1, 1 << 20, "samples per rank (weak scaling) or global batch (strong)"},
     {"--seq-len", OPT_INT, F(seq_len), "128", 8, 512, "sequence length, 8..512"},
     {"--image-size", OPT_INT0, F(image_size), "0", 0, 4096, "ResNet input height and width, >= 32 (0: 224, 32 for resnet-tiny)"},
@@ -48,7 +48,8 @@ static const opt_spec OPTS[] = {
     {"--output", OPT_STR, F(output), "", 0, 0, "results JSON path (default results/runs/tfbench-MODEL-PRECISION-NrR-TIME.json)"},
     {"--log", OPT_STR, F(log), "", 0, 0, "JSON-lines event log: run start, configuration, steps, trials, run end"},
     {"--dump", OPT_STR, F(dump), "", 0, 0, "directory for .npy dumps of initial parameters, first batch, first gradients"},
-    {"--device", OPT_STR, F(device), "auto", 0, 0, "auto|cpu"},
+    {"--device", OPT_STR, F(device), "auto", 0, 0, "auto|cpu|cuda (auto: a GPU when this build has CUDA and one is usable, else the CPU)"},
+    {"--allow-shared-gpu", OPT_FLAG, F(allow_shared_gpu), "0", 0, 0, "let more ranks than GPUs share a node's GPUs"},
     {"--bind", OPT_STR, F(bind), "auto", 0, 0, "auto|gpu|core|numa|none: where each rank runs (auto: gpu with GPUs, else core)"},
     {"--threads", OPT_INT0, F(threads), "0", 0, 4096, "CPU threads per rank (0: cores available to the rank)"},
     {"--peak-tflops", OPT_NUM, F(peak_tflops), "0", 0, 1e6, "peak TFLOP/s per rank for MFU (0: measure with SGEMM)"},
@@ -126,9 +127,9 @@ static tfb_status check_layout(tfb_options *o, char *err, size_t n) {
 }
 
 static tfb_status check_options(tfb_options *o, char *err, size_t n) {
-    static const char *const prec[] = {"fp32", "fp16", "bf16", NULL}, *const par[] = {"compare", "data", "tensor", "pipeline", NULL},
+    static const char *const prec[] = {"fp32", "tf32", "fp16", "bf16", NULL}, *const par[] = {"compare", "data", "tensor", "pipeline", NULL},
                              *const sched[] = {"gpipe", "1f1b", NULL}, *const bal[] = {"flops", "time", NULL},
-                             *const scal[] = {"weak", "strong", NULL}, *const dev[] = {"auto", "cpu", NULL},
+                             *const scal[] = {"weak", "strong", NULL}, *const dev[] = {"auto", "cpu", "cuda", NULL},
                              *const prog[] = {"auto", "on", "off", NULL},
                              *const fmt[] = {"table", "csv", NULL},
                              *const bind[] = {"auto", "gpu", "core", "numa", "none", NULL};
@@ -155,6 +156,7 @@ static tfb_status check_options(tfb_options *o, char *err, size_t n) {
     TFB_TRY(check_choice("--format", o->format, fmt, err, n));
     TFB_TRY(check_choice("--bind", o->bind, bind, err, n));
     o->gemm_type = strcmp(o->precision, "fp16") == 0 ? TFB_F16 : strcmp(o->precision, "bf16") == 0 ? TFB_BF16 : TFB_F32;
+    o->tf32 = strcmp(o->precision, "tf32") == 0;
     o->strong = strcmp(o->scaling, "strong") == 0;
     if (o->masked == 0) o->masked = (o->seq_len * 20 + 64) / 128;
     if (o->masked > o->seq_len - 1) {

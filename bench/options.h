@@ -15,6 +15,7 @@ typedef struct {
     char model[32];
     char precision[8];
     tfb_dtype gemm_type;
+    int tf32;                       /* --precision tf32: FP32 GEMM/convolution inputs rounded to TF32 */
     int batch, seq_len, masked, steps, warmup, trials;
     int resnet;              /* the model is a ResNet */
     int image_size, sync_bn;
@@ -34,6 +35,7 @@ typedef struct {
     char dump[4096];         /* empty: no dump */
     char log[4096];          /* empty: no event log */
     char device[16];
+    int allow_shared_gpu;
     char bind[8];            /* auto, gpu, core, numa, none */
     int threads;             /* 0: cores available to the rank */
     double peak_tflops;      /* 0: measure */

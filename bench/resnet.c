@@ -419,6 +419,7 @@ static void bind_unit(resnet_model *m, rn_unit *u, void *ctx) {
     u->dgamma = m->wl.grad_pool + u->g_off;
     u->dbeta = m->wl.grad_pool + u->b_off;
     u->cd.in_type = m->wc.gemm_type;
+    u->cd.tf32 = m->wc.tf32;
 }
 
 static void share_unit(rn_unit *u, const rn_unit *base) {
@@ -625,7 +626,8 @@ static tfb_status block_fwd(resnet_model *m, rn_block *b, const float *x) {
 static tfb_status gemm(resnet_model *m, int ta, int tb, int M, int N, int K, const void *a, int lda, const void *b,
                        int ldb, float beta, float *c, int ldc) {
     tfb_gemm_desc d = {.trans_a = ta, .trans_b = tb, .m = M, .n = N, .k = K, .alpha = 1.0f, .beta = beta, .a = a,
-                       .lda = lda, .b = b, .ldb = ldb, .c = c, .ldc = ldc, .batch = 1, .in_type = m->wc.gemm_type};
+                       .lda = lda, .b = b, .ldb = ldb, .c = c, .ldc = ldc, .batch = 1, .in_type = m->wc.gemm_type,
+                       .tf32 = m->wc.tf32};
     return m->be->gemm(m->be->ctx, &d);
 }
 

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "run.h"
+#include "catalog.h"
 #include "comm.h"
 #include "options.h"
 #include "peak.h"
@@ -42,6 +43,8 @@ typedef struct {
     char *rank_binding;               /* [world * 64] every rank's binding read back */
     int *rank_node;                   /* [world] every rank's node */
     int nodes;
+    int local_rank, local_size;     /* this rank's place on its node: a GPU backend takes GPU local_rank */
+    char peak_text[320];            /* where the peak for MFU came from, when built here */
 } run_ctx;
 
 enum { BIND_TEXT = 64 };
@@ -111,9 +114,37 @@ static tfb_status check_job(run_ctx *r, char *err, size_t len) {
     return check_paths(r, err, len);
 }
 
+/* A GPU's dense peak for the run's precision: the catalog's figure for its model, else SMs x clock x the
+ * architecture's rate (said so in the source line). */
+static tfb_status gpu_peak(run_ctx *r, double *tflops) {
+    tfb_catalog cat;
+    char err[400], how[200];
+    tfb_prec p = r->o.tf32 ? TFB_PREC_TF32 : r->o.gemm_type == TFB_F16 ? TFB_PREC_FP16
+                 : r->o.gemm_type == TFB_BF16 ? TFB_PREC_BF16 : TFB_PREC_FP32;
+    if (tfb_catalog_load(&cat, NULL, err, sizeof err) != TFB_OK) {
+        fprintf(stderr, "tfbench: %s (or give --peak-tflops)\n", err);
+        return TFB_ERR_IO;
+    }
+    const tfb_gpu_spec *g = tfb_catalog_find(&cat, r->be->device_name);
+    if (g && g->peak[p] > 0) {
+        *tflops = g->peak[p];
+        snprintf(r->peak_text, sizeof r->peak_text, "catalog: %s dense %s %.1f TFLOP/s per GPU, summed over the "
+                 "ranks used", g->name, tfb_prec_name(p), g->peak[p]);
+    } else {
+        *tflops = tfb_catalog_peak_from_sms(&cat, r->be->device_cc, r->be->device_sms, r->be->device_clock_mhz, p,
+                                            how, sizeof how);
+        snprintf(r->peak_text, sizeof r->peak_text, "estimated (%s not in the catalog): %s", r->be->device_name, how);
+    }
+    tfb_catalog_free(&cat);
+    r->env.peak_source = r->peak_text;
+    return *tflops > 0 ? TFB_OK : TFB_ERR_STATE;
+}
+
 static tfb_status measure_peak(run_ctx *r) {
     double mine = r->o.peak_tflops;
-    if (mine <= 0) {
+    if (mine <= 0 && r->be->device_name) {
+        TFB_CHECK(gpu_peak(r, &mine));
+    } else if (mine <= 0) {
         TFB_CHECK(r->world->barrier(r->world));
         TFB_CHECK(tfb_peak_measure(r->be, 2048, 5, &mine));
         r->env.peak_source = "measured: best FP32 2048^3 GEMM, summed over the ranks used";
@@ -234,6 +265,8 @@ static tfb_status place_rank(run_ctx *r, int *threads) {
     char err[600] = "", mine[BIND_TEXT] = "";
     tfb_bind_mode mode;
     tfb_comm_mpi_node(&node, &r->nodes, &local_rank, &local_size);
+    r->local_rank = local_rank;
+    r->local_size = local_size;
     TFB_CHECK_ALLOC(r->rank_node = calloc((size_t)r->world->size, sizeof(int)));
     TFB_CHECK(r->world->allgather(r->world, &node, r->rank_node, 1, TFB_COMM_I32));
     tfb_status st = tfb_topo_load(NULL, NULL, &r->topo, err, sizeof err);
@@ -252,15 +285,30 @@ static tfb_status place_rank(run_ctx *r, int *threads) {
     return r->world->allgather(r->world, mine, r->rank_binding, BIND_TEXT / 8, TFB_COMM_U64);
 }
 
+/* Every rank opens its backend; if any rank cannot, every rank stops (each failing rank says why). A backend whose
+ * memory MPI cannot read (a GPU's) wraps the world communicator, and every split of it, in its own transport. */
+static tfb_status open_backend(run_ctx *r, int threads) {
+    char why[320];
+    tfb_backend_spec spec = {.name = r->o.device, .threads = threads, .local_rank = r->local_rank,
+                             .local_size = r->local_size, .allow_shared_gpu = r->o.allow_shared_gpu};
+    int ok = tfb_backend_open(&spec, &r->be, why, sizeof why) == TFB_OK, all_ok = ok;
+    TFB_CHECK(r->world->allreduce(r->world, &all_ok, 1, TFB_COMM_I32, TFB_MIN));
+    if (!ok) fprintf(stderr, "tfbench: --device %s (rank %d): %s\n", r->o.device, r->world->rank, why);
+    if (!all_ok) return TFB_ERR_ARG;
+    if (why[0] && r->world->rank == 0) fprintf(stderr, "tfbench: --device %s: %s\n", r->o.device, why);
+    if (r->world->size == 1 || !r->be->comm_wrap) return TFB_OK;
+    /* from here on every communicator moves backend memory too (NCCL for the CUDA backend) */
+    tfb_comm *dev = NULL;
+    TFB_CHECK(r->be->comm_wrap(r->be->ctx, r->world, &dev));
+    r->world = dev;
+    return TFB_OK;
+}
+
 static tfb_status run_job(run_ctx *r) {
     int threads = 1;
-    char why[256];
     TFB_CHECK(place_rank(r, &threads));
     if (r->o.threads) threads = r->o.threads;
-    if (tfb_backend_open(r->o.device, threads, &r->be, why, sizeof why) != TFB_OK) {
-        if (r->world->rank == 0) fprintf(stderr, "tfbench: --device: %s\n", why);
-        return TFB_ERR_ARG;
-    }
+    TFB_TRY(open_backend(r, threads));
     tfb_log_device = r->be->name;
     if (tfb_watchdog_start(r->world->rank, r->o.timeout) != 0) return TFB_ERR_NOMEM;
     time_t now = time(NULL);

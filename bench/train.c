@@ -591,6 +591,25 @@ void tfb_record_free(tfb_run_record *rec) {
     for (int p = 0; p < TFB_N_PHASES; p++) { free(rec->phase_s[p]); rec->phase_s[p] = NULL; }
     free(rec->param_checksum);
     rec->param_checksum = NULL;
+    free(rec->conv_algorithms);
+    rec->conv_algorithms = NULL;
+}
+
+/* Rank 0's backend's convolution algorithm choices, one line per shape (NULL when it makes none). */
+static char *conv_algorithms_text(tfb_backend *be) {
+    char line[512], *all = NULL;
+    size_t used = 0;
+    for (int i = 0; be->conv_plan_text && be->conv_plan_text(be->ctx, i, line, sizeof line); i++) {
+        size_t n = strlen(line);
+        char *grown = realloc(all, used + n + 2);
+        if (!grown) break;
+        all = grown;
+        memcpy(all + used, line, n);
+        used += n;
+        all[used++] = '\n';
+        all[used] = '\0';
+    }
+    return all;
 }
 
 static void fill_record(train_ctx *t) {
@@ -602,6 +621,7 @@ static void fill_record(train_ctx *t) {
     c->parallel = o->parallel;
     c->scaling = o->scaling;
     c->backend = t->env->be->name;
+    c->device = t->env->be->device_name;
     c->strategy = s->name;
     c->dp = s->dp;
     c->tp = s->tp;
@@ -634,6 +654,8 @@ static void fill_results(train_ctx *t) {
     snprintf(c->shape, sizeof c->shape, "%s", t->wl->shape);
     c->image_size = t->env->o->resnet ? t->env->o->image_size : 0;
     c->sync_bn = t->env->o->sync_bn;
+    free(c->conv_algorithms);
+    c->conv_algorithms = conv_algorithms_text(t->env->be);
     c->params = t->wl->model_params;
     c->flops_per_sample = t->wl->flops_per_sample;
     c->recompute_flops_per_sample = t->wl->recompute_flops_per_sample;

@@ -55,6 +55,7 @@ typedef struct {
     int sample0;             /* global index of this replica's first sample within a step */
     int seq_len, masked;     /* BERT: sequence length and masked predictions per sequence */
     tfb_dtype gemm_type;     /* GEMM input type: FP32, FP16 or BF16 */
+    int tf32;                /* FP32 GEMM/convolution inputs rounded to TF32 (--precision tf32) */
     float dropout;
     uint64_t seed;
     int fixed_batch;         /* every step reuses step 0's batch */

@@ -34,6 +34,7 @@ typedef struct {
     float *c; int ldc; long long stride_c;
     int batch;              /* >= 1 */
     tfb_dtype in_type;
+    int tf32;               /* FP32 inputs only: 1 rounds them to TF32 (10-bit mantissa) as tensor cores do */
 } tfb_gemm_desc;
 
 /* A 2-D convolution without bias: x (n, c, h, w), filters (k, c, r, s), y (n, k, p, q) in `layout` order. */
@@ -44,6 +45,7 @@ typedef struct {
     int p, q;               /* output size: (h + 2 pad - r) / stride + 1, likewise q */
     tfb_layout layout;      /* the CPU backend runs NCHW; a GPU backend may ask for NHWC (16-bit tensor cores) */
     tfb_dtype in_type;      /* type of x, filters and dy; y, dx and dw are FP32 */
+    int tf32;               /* as in tfb_gemm_desc */
 } tfb_conv_desc;
 
 typedef struct {
@@ -65,11 +67,17 @@ typedef struct {
     uint64_t offset;        /* global index of the call's element 0 */
 } tfb_dropout_key;
 
+struct tfb_comm; /* bench/comm.h */
+
 typedef struct tfb_backend tfb_backend;
 struct tfb_backend {
     const char *name;       /* "cpu", "cuda" */
     void *ctx;              /* backend-private state */
     int threads;            /* CPU threads used by this rank (informational) */
+    /* the accelerator, for MFU and the results (NULL / 0 on the CPU) */
+    const char *device_name;
+    int device_index, device_cc, device_sms; /* cc: compute capability x 10 */
+    double device_clock_mhz;                 /* maximum SM clock */
 
     /* memory */
     void *(*alloc)(void *ctx, size_t bytes);            /* zero-filled; NULL on failure */
@@ -81,6 +89,12 @@ struct tfb_backend {
     tfb_status (*copy_d2d)(void *ctx, void *dst, const void *src, size_t bytes);
     tfb_status (*fill)(void *ctx, float *x, float value, size_t n);
     tfb_status (*sync)(void *ctx);                      /* all queued work finished */
+    /* A communicator over the ranks of `host` that also moves this backend's memory (host buffers still go
+     * through `host`, which stays the caller's); NULL when host's transport reads backend memory directly. */
+    tfb_status (*comm_wrap)(void *ctx, struct tfb_comm *host, struct tfb_comm **out);
+    /* One line about the i-th convolution shape seen so far and the algorithms chosen for it: 1, or 0 past the
+     * last. NULL when the backend chooses no algorithms (the CPU's im2col). */
+    int (*conv_plan_text)(void *ctx, int i, char *buf, size_t len);
 
     /* dense algebra */
     tfb_status (*gemm)(void *ctx, const tfb_gemm_desc *d);
@@ -202,8 +216,19 @@ struct tfb_backend {
     void (*destroy)(tfb_backend *be);
 };
 
-/* kernels/registry.c: the named backend ("auto", "cpu", ...); `why` gets a reason when none fits. */
-tfb_status tfb_backend_open(const char *name, int threads, tfb_backend **out, char *why, size_t why_len);
+/* What to open: a backend by name and where this rank sits on its node (a GPU backend takes GPU local_rank). */
+typedef struct {
+    const char *name;       /* "auto", "cpu", "cuda" */
+    int threads;            /* CPU threads of this rank */
+    int local_rank, local_size;
+    int allow_shared_gpu;   /* more ranks on a node than GPUs: share them instead of refusing */
+} tfb_backend_spec;
+
+/* kernels/registry.c: the backend `s` names. On failure `why` gets the reason; on success it may hold a note for
+ * the user (what "auto" chose and why), else it is empty. */
+tfb_status tfb_backend_open(const tfb_backend_spec *s, tfb_backend **out, char *why, size_t why_len);
+/* The CPU backend alone (tests, scripts, the CPU-side reference of the GPU checks). */
+tfb_status tfb_backend_open_cpu(int threads, tfb_backend **out);
 /* The backends this build contains, comma-separated. */
 const char *tfb_backend_list(void);
 

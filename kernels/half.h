@@ -1,7 +1,8 @@
 /* half.h — IEEE binary16 and bfloat16 conversions, round-to-nearest-even, for the CPU backend and host code.
  *
  * 16-bit tensors are stored as uint16_t and computed in FP32, the numerics of tensor cores. Overflow in the FP32 to
- * FP16 conversion gives ±inf (what the FP16 loss scaler must detect); NaN stays NaN. Does not provide arithmetic.
+ * FP16 conversion gives ±inf (what the FP16 loss scaler must detect); NaN stays NaN. Also the TF32 rounding of an
+ * FP32 value (the CPU's emulation of --precision tf32). Does not provide arithmetic.
  */
 #ifndef TFB_HALF_H
 #define TFB_HALF_H
@@ -16,6 +17,14 @@ static inline uint16_t tfb_f32_to_bf16(float f) {
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
     u += 0x7FFFu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
+}
+
+/* f rounded (to nearest even) to TF32's 10-bit mantissa, kept in FP32: what tensor cores multiply in TF32 mode. */
+static inline float tfb_f32_round_tf32(float f) {
+    uint32_t u = tfb_f32_bits(f);
+    if ((u & 0x7F800000u) == 0x7F800000u) return f; /* inf and NaN unchanged */
+    u += 0xFFFu + ((u >> 13) & 1u);
+    return tfb_bits_f32(u & ~0x1FFFu);
 }
 
 static inline float tfb_bf16_to_f32(uint16_t h) { return tfb_bits_f32((uint32_t)h << 16); }

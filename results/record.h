@@ -18,6 +18,8 @@ typedef struct {
     int argc;
     char **argv;
     const char *model, *precision, *parallel, *scaling, *backend;
+    const char *device;         /* the GPU rank 0 ran on, as CUDA names it; NULL on the CPU backend */
+    char *conv_algorithms;      /* rank 0's convolution shapes and the algorithms chosen, one per line (or NULL) */
     const char *strategy;        /* "single", "data", "tensor", "pipeline", "hybrid" */
     const char *skip;            /* comparison runs: why this layout did not run (NULL: it ran) */
     int dp, tp, pp;              /* layout: ranks = dp * tp * pp */

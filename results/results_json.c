@@ -53,16 +53,33 @@ tfb_status tfb_results_default_path(const char *model, const char *precision, in
 
 static cJSON *num_or_null(double x) { return isfinite(x) ? cJSON_CreateNumber(x) : cJSON_CreateNull(); }
 
+/* "a\nb\n" as ["a", "b"] */
+static cJSON *lines_json(const char *text) {
+    cJSON *a = cJSON_CreateArray();
+    for (const char *p = text; *p;) {
+        const char *end = strchr(p, '\n');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        char *line = strndup(p, n);
+        if (line) cJSON_AddItemToArray(a, cJSON_CreateString(line));
+        free(line);
+        p += n + (end != NULL);
+    }
+    return a;
+}
+
 static cJSON *config_json(const tfb_run_record *r) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "model", r->model);
     cJSON_AddStringToObject(c, "precision", r->precision);
-    cJSON_AddStringToObject(c, "math", "GEMM inputs in the stated precision, FP32 accumulation; FP32 master weights, "
+    cJSON_AddStringToObject(c, "math", "GEMM and convolution inputs in the stated precision (tf32: FP32 storage, inputs rounded "
+                                       "to TF32 by tensor cores), FP32 accumulation; FP32 master weights, "
                                        "softmax, LayerNorm, loss and AdamW; FP16 with dynamic loss scaling");
     cJSON_AddStringToObject(c, "parallel", r->parallel);
     cJSON_AddStringToObject(c, "strategy", r->strategy);
     cJSON_AddStringToObject(c, "scaling", r->scaling);
     cJSON_AddStringToObject(c, "backend", r->backend);
+    if (r->device) cJSON_AddStringToObject(c, "device", r->device);
+    if (r->conv_algorithms) cJSON_AddItemToObject(c, "conv_algorithms", lines_json(r->conv_algorithms));
     cJSON_AddNumberToObject(c, "ranks", r->ranks);
     cJSON_AddNumberToObject(c, "data_parallel_size", r->dp);
     cJSON_AddNumberToObject(c, "tensor_parallel_size", r->tp);

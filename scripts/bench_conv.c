@@ -39,7 +39,7 @@ static double time_shape(tfb_backend *be, const int *s) {
 int main(int argc, char **argv) {
     tfb_backend *be;
     char why[128];
-    if (tfb_backend_open("cpu", argc > 1 ? atoi(argv[1]) : 1, &be, why, sizeof why) != TFB_OK) return 1;
+    if (tfb_backend_open(&(tfb_backend_spec){.name = "cpu", .threads = argc > 1 ? atoi(argv[1]) : 1}, &be, why, sizeof why) != TFB_OK) return 1;
     for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
         const int *s = SHAPES[i];
         printf("%d %d %d %d %d %.3f\n", s[0], s[1], s[2], s[3], s[4], 1e3 * time_shape(be, s));

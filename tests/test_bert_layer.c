@@ -99,7 +99,7 @@ static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
 int main(void) {
     tfb_backend *be;
     char why[128];
-    if (tfb_backend_open("cpu", 2, &be, why, sizeof why) != TFB_OK) { printf("FAIL backend_open: %s\n", why); return 1; }
+    if (tfb_backend_open(&(tfb_backend_spec){.name = "cpu", .threads = 2}, &be, why, sizeof why) != TFB_OK) { printf("FAIL backend_open: %s\n", why); return 1; }
     run(be, TFB_F32, 1e-4, "fp32");
     run(be, TFB_F16, 5e-3, "fp16"); /* 11-bit significands: ~5e-4 per operand, a few GEMMs deep */
     run(be, TFB_BF16, 4e-2, "bf16"); /* 8-bit significands: ~4e-3 per operand */

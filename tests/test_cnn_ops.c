@@ -147,7 +147,7 @@ static void test_relu_sgd(void) {
 
 int main(void) {
     char why[128];
-    if (tfb_backend_open("cpu", 2, &be, why, sizeof why) != TFB_OK) { printf("FAIL backend_open: %s\n", why); return 1; }
+    if (tfb_backend_open(&(tfb_backend_spec){.name = "cpu", .threads = 2}, &be, why, sizeof why) != TFB_OK) { printf("FAIL backend_open: %s\n", why); return 1; }
     conv_test(2, 3, 7, 6, 4, 3, 1, 1);
     conv_test(2, 3, 9, 7, 5, 3, 2, 1);
     conv_test(1, 2, 11, 11, 3, 7, 2, 3);

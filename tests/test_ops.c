@@ -1,6 +1,7 @@
 /* test_ops.c — every CPU-backend op checked against an independent reference: backward passes against central
  * finite differences of L = sum(out * R) for random R (FP32, h = 1e-2 on O(1) inputs; tolerance: relative L2 error
- * of the whole gradient < 5e-3), GEMM against a naive triple loop (all transposes, batches, FP16/BF16 inputs),
+ * of the whole gradient < 5e-3), GEMM against a naive triple loop (all transposes, batches, FP16/BF16 inputs,
+ * TF32 against loops over inputs rounded to 11 significant bits),
  * AdamW against the closed form, conversions against known bit patterns, Philox against the Random123 known-answer
  * vectors, and the dropout mask's independence from how a tensor is split.
  */
@@ -170,7 +171,17 @@ static void test_dropout(void) {
 
 /* ---- GEMM ---- */
 static float elem(const float *p, int ld, int trans, int r, int c) { return trans ? p[c * ld + r] : p[r * ld + c]; }
-static double gemm_case(int ta, int tb, int batch, tfb_dtype t) {
+/* x rounded to 11 significant bits, ties to even (TF32), written independently of kernels/half.h */
+static double round_11_bits(double x) {
+    int e;
+    double m = frexp(x, &e);
+    return ldexp(nearbyint(ldexp(m, 11)), e - 11);
+}
+/* the largest error of one GEMM against loops; tf32: the loops see TF32-rounded inputs, and *unrounded gets the
+ * error against loops over the unrounded ones */
+static double gemm_case_tf32(int ta, int tb, int batch, tfb_dtype t, int tf32, double *unrounded);
+static double gemm_case(int ta, int tb, int batch, tfb_dtype t) { return gemm_case_tf32(ta, tb, batch, t, 0, NULL); }
+static double gemm_case_tf32(int ta, int tb, int batch, tfb_dtype t, int tf32, double *unrounded) {
     int m = 5, n = 7, k = 9, lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 1, ldc = n + 3;
     long long sa = (long long)lda * (ta ? k : m), sb = (long long)ldb * (tb ? n : k), sc = (long long)ldc * m;
     float *a = rand_vec((size_t)sa * batch), *b = rand_vec((size_t)sb * batch), *c = rand_vec((size_t)sc * batch);
@@ -184,17 +195,23 @@ static double gemm_case(int ta, int tb, int batch, tfb_dtype t) {
         be->cast(be->ctx, b, TFB_F32, b16, t, (size_t)sb * batch);
     }
     tfb_gemm_desc d = {ta, tb, m, n, k, 0.5f, 0.25f, t == TFB_F32 ? (void *)a : a16, lda, sa,
-                       t == TFB_F32 ? (void *)b : b16, ldb, sb, c, ldc, sc, batch, t};
+                       t == TFB_F32 ? (void *)b : b16, ldb, sb, c, ldc, sc, batch, t, tf32};
     be->gemm(be->ctx, &d);
-    double err = 0;
+    double err = 0, err_raw = 0;
     for (int q = 0; q < batch; q++)
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++) {
-                double s = 0;
-                for (int l = 0; l < k; l++) s += (double)elem(a + q * sa, lda, ta, i, l) * elem(b + q * sb, ldb, tb, l, j);
-                double ref = 0.5 * s + 0.25 * c0[q * sc + i * ldc + j];
-                err = fmax(err, fabs(ref - c[q * sc + i * ldc + j]));
+                double s = 0, raw = 0;
+                for (int l = 0; l < k; l++) {
+                    double x = elem(a + q * sa, lda, ta, i, l), y = elem(b + q * sb, ldb, tb, l, j);
+                    raw += x * y;
+                    s += tf32 ? round_11_bits(x) * round_11_bits(y) : x * y;
+                }
+                double c_in = 0.25 * c0[q * sc + i * ldc + j], got = c[q * sc + i * ldc + j];
+                err = fmax(err, fabs(0.5 * s + c_in - got));
+                err_raw = fmax(err_raw, fabs(0.5 * raw + c_in - got));
             }
+    if (unrounded) *unrounded = err_raw;
     free(a); free(b); free(c); free(c0); free(a16); free(b16);
     return err;
 }
@@ -207,6 +224,9 @@ static void test_gemm(void) {
     double eb16 = fmax(gemm_case(0, 1, 2, TFB_BF16), gemm_case(1, 1, 2, TFB_BF16));
     EXPECT("gemm_fp16_inputs_fp32_accumulate", e16 < 1e-5, "max err %g", e16);
     EXPECT("gemm_bf16_inputs_fp32_accumulate", eb16 < 1e-5, "max err %g", eb16);
+    double raw = 0, et = fmax(gemm_case_tf32(0, 0, 1, TFB_F32, 1, &raw), gemm_case_tf32(1, 1, 2, TFB_F32, 1, NULL));
+    EXPECT("gemm_tf32_rounds_inputs_to_11_bits", et < 1e-5, "max err %g against loops over rounded inputs", et);
+    EXPECT("gemm_tf32_differs_from_fp32", raw > 1e-4, "max err %g against unrounded inputs: no rounding", raw);
 }
 
 /* ---- AdamW against the closed form of its first step ---- */
@@ -256,7 +276,7 @@ static void test_philox(void) {
 
 int main(void) {
     char why[128];
-    if (tfb_backend_open("cpu", 2, &be, why, sizeof why) != TFB_OK) { printf("FAIL backend_open: %s\n", why); return 1; }
+    if (tfb_backend_open(&(tfb_backend_spec){.name = "cpu", .threads = 2}, &be, why, sizeof why) != TFB_OK) { printf("FAIL backend_open: %s\n", why); return 1; }
     test_layernorm();
     test_softmax();
     test_act(TFB_ACT_GELU, "gelu_bwd_vs_fd");

@@ -211,7 +211,7 @@ static void test_schedules(void) {
 
 int main(void) {
     char why[128];
-    if (tfb_backend_open("cpu", 1, &be, why, sizeof why) != TFB_OK) return 1;
+    if (tfb_backend_open(&(tfb_backend_spec){.name = "cpu", .threads = 1}, &be, why, sizeof why) != TFB_OK) return 1;
     test_xent_shards();
     test_embedding_shards();
     test_copy_2d();

@@ -17,6 +17,8 @@
   not count, a throttle counter), the run reports 150 W within 5%, one reader per node, and the throttle events;
   an unreadable or standing counter gives a reason, never a figure.
 - scripts/plot writes the throughput, efficiency and report images as PNG files of the expected size.
+- Without a GPU: --device cuda exits 2 with the reason, auto says once it uses the CPU; tests/gpu_check passes the
+  CPU backend against itself, catches an op broken through its test hook, and refuses to run without a GPU.
 - Every bad input exits with status 2, prints one line naming the flag, and writes no results file; random
   argument vectors exit with 0 or 2 only.
 - Faults: a rank that fails, exits or is killed ends the job with a message and no results file; a stalled rank
@@ -92,15 +94,16 @@ def test_data_parallel():
 def test_mixed_precision():
     base = SMALL + ["--batch", "4", "--steps", "20"]
     _, r32 = tfbench(base, name="fp32")
-    tol = {"fp16": 2e-3, "bf16": 2e-2}  # relative loss difference over 20 steps (11- and 8-bit significands)
-    for prec in ("fp16", "bf16"):
+    tol = {"tf32": 2e-3, "fp16": 2e-3, "bf16": 2e-2}  # relative loss difference over 20 steps (11, 11, 8-bit significands)
+    for prec in ("tf32", "fp16", "bf16"):
         p, r = tfbench(base + ["--precision", prec], name=prec)
         if r is None or r32 is None:
             check(f"{prec}_runs", False, p.stderr[-300:])
             continue
         e = max_rel(losses(r), losses(r32))
         check(f"{prec}_loss_within_{tol[prec]}_of_fp32_over_20_steps", e < tol[prec], f"max rel diff {e:.3g}")
-        check(f"{prec}_differs_from_fp32", e > 0, "identical to fp32: 16-bit path not exercised")
+        check(f"{prec}_differs_from_fp32", e > 0, "identical to fp32: reduced-precision path not exercised")
+        check(f"{prec}_recorded_as_such", r["config"]["precision"] == prec and "device" not in r["config"], str(r["config"].get("precision")))
     p, r = tfbench(base + ["--precision", "fp16", "--inject-overflow", "3", "--loss-scale", "1024"], 2, "overflow")
     c = r["checks"] if r else {}
     check("fp16_overflow_skips_step_and_halves_scale", r is not None and c["skipped_steps"] == 1 and c["loss_scale_final"] == 512,
@@ -126,11 +129,48 @@ def test_resnet():
     e = max_rel(losses(r), losses(r1)) if r and r1 else 0
     check("resnet_dp_per_rank_bn_differs_from_1_rank", e > 1e-4 and r["config"]["sync_bn"] is False, f"max rel diff {e:.3g}")
     _, r32 = tfbench(RESNET + ["--batch", "4", "--steps", "20", "--lr", "0.02"], name="rn32")
-    tol = {"fp16": 5e-3, "bf16": 5e-2}
-    for prec in ("fp16", "bf16"):
+    tol = {"tf32": 5e-3, "fp16": 5e-3, "bf16": 5e-2}
+    for prec in ("tf32", "fp16", "bf16"):
         p, r = tfbench(RESNET + ["--batch", "4", "--steps", "20", "--lr", "0.02", "--precision", prec], name="rn" + prec)
         e = max_rel(losses(r), losses(r32)) if r and r32 else float("inf")
         check(f"resnet_{prec}_loss_within_{tol[prec]}_of_fp32_over_20_steps", 0 < e < tol[prec], f"max rel diff {e:.3g} {p.stderr[-200:]}")
+
+
+GPU_CHECK = os.path.join(os.path.dirname(BIN), "tests", "gpu_check")
+
+
+def test_devices():
+    """Backend choice without a GPU: --device cuda is an error naming the reason (exit 2, no results file), auto
+    says once that it uses the CPU; the GPU check harness passes the CPU against itself, catches a broken op, and
+    refuses to run without a GPU."""
+    env = dict(ENV, CUDA_VISIBLE_DEVICES="")
+    out = os.path.join(TMP, "cuda.json")
+    p = subprocess.run([BIN, "--model", "bert-tiny", "--device", "cuda", "--steps", "1", "--output", out], env=env,
+                       capture_output=True, text=True, timeout=120)
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    reasons = ("no CUDA driver", "sees no GPU", "not in this build", "older than this build's runtime")
+    check("device_cuda_without_gpu_exit2_one_line_reason", p.returncode == 2 and len(lines) == 1 and
+          lines[0].startswith("tfbench: --device cuda") and any(w in lines[0] for w in reasons) and not os.path.exists(out),
+          f"rc {p.returncode} {p.stderr[-300:]!r}")
+    p = subprocess.run([BIN, "--model", "bert-tiny", "--steps", "1", "--warmup", "0", "--seq-len", "16", "--peak-tflops", "1",
+                        "--parallel", "data", "--output", out], env=env, capture_output=True, text=True, timeout=120)
+    notes = [l for l in p.stderr.splitlines() if "using the CPU backend" in l]
+    r = json.load(open(out)) if p.returncode == 0 else None
+    check("device_auto_falls_back_to_cpu_once_with_reason", r is not None and len(notes) == 1 and
+          r["configurations"][0]["config"]["backend"] == "cpu", f"rc {p.returncode} {p.stderr[-300:]!r}")
+    p = subprocess.run([GPU_CHECK], env=env, capture_output=True, text=True, timeout=120)
+    check("gpu_check_without_gpu_exit2_with_reason", p.returncode == 2 and any(w in p.stderr for w in reasons),
+          f"rc {p.returncode} {p.stderr[-300:]!r}")
+    p = subprocess.run([GPU_CHECK, "--device", "cpu"], env=env, capture_output=True, text=True, timeout=300)
+    m = re.search(r"(\d+) of (\d+) checks passed", p.stdout)
+    check("gpu_check_harness_cpu_against_itself_passes", p.returncode == 0 and m and m.group(1) == m.group(2) and
+          int(m.group(2)) >= 90, f"rc {p.returncode} {p.stdout[-300:]!r}")
+    for op in ("layernorm_bwd", "conv_bwd_filter 3x3/1", "adamw"):
+        p = subprocess.run([GPU_CHECK, "--device", "cpu"], env=dict(env, TFB_TEST_GPU_CHECK_BREAK=op),
+                           capture_output=True, text=True, timeout=300)
+        failed = [l.split("|")[1].strip() for l in p.stdout.splitlines() if l.endswith("| FAIL |")]
+        check(f"gpu_check_catches_broken_{op.split()[0]}", p.returncode == 1 and failed and set(failed) == {op},
+              f"rc {p.returncode} failed rows {failed}")
 
 
 def test_rank_failure():
@@ -1048,7 +1088,7 @@ def test_comparison_run():
           and len(lines) == 8 and len(skipped) == 1 and "heads" in skipped[0]["skipped"], f"{lines[:3]} {skipped}")
 
 
-for t in (test_bad_input, test_estimate, test_checkpointing, test_doctor, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_report, test_energy, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
+for t in (test_bad_input, test_devices, test_estimate, test_checkpointing, test_doctor, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_report, test_energy, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
     t()
 if failures:
     print(f"test files kept in {TMP}")

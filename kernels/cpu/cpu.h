@@ -16,7 +16,7 @@ void tfb_cpu_conv_install(tfb_backend *be);
 void tfb_cpu_shard_install(tfb_backend *be);
 /* Scratch slot `slot` with room for n floats (NULL when out of memory). */
 float *tfb_cpu_scratch(void *ctx, int slot, size_t n);
-/* p (n elements of type t) as FP32: p itself, or widened into scratch slot `slot`. */
-const float *tfb_cpu_as_f32(void *ctx, int slot, const void *p, tfb_dtype t, size_t n);
+/* p (n elements of type t) as FP32: p itself, or widened (FP32 with tf32: rounded to TF32) into scratch `slot`. */
+const float *tfb_cpu_as_f32(void *ctx, int slot, const void *p, tfb_dtype t, int tf32, size_t n);
 
 #endif

@@ -1,7 +1,8 @@
 /* cpu_backend.c — the CPU backend's memory functions and GEMM (OpenBLAS), and its constructor.
  *
  * GEMM with FP16/BF16 inputs widens the 16-bit operands to FP32 in a scratch buffer owned by the backend and runs
- * SGEMM: 16-bit storage, FP32 arithmetic and accumulation, the numerics of tensor cores. Batched GEMMs run one
+ * SGEMM: 16-bit storage, FP32 arithmetic and accumulation, the numerics of tensor cores. TF32 GEMMs round FP32
+ * operands to TF32 in the same scratch buffers: the CPU emulates tensor-core TF32, it has no faster path for it. Batched GEMMs run one
  * SGEMM per matrix with all threads on each. The training ops live in cpu_ops.c.
  */
 #include <stdint.h>
@@ -81,10 +82,16 @@ static void widen_16(float *dst, const uint16_t *src, size_t n, tfb_dtype t) {
     for (size_t i = 0; i < n; i++) dst[i] = t == TFB_F16 ? tfb_f16_to_f32(src[i]) : tfb_bf16_to_f32(src[i]);
 }
 
-const float *tfb_cpu_as_f32(void *ctx, int slot, const void *p, tfb_dtype t, size_t n) {
-    if (t == TFB_F32) return p;
+static void round_tf32(float *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = tfb_f32_round_tf32(src[i]);
+}
+
+const float *tfb_cpu_as_f32(void *ctx, int slot, const void *p, tfb_dtype t, int tf32, size_t n) {
+    if (t == TFB_F32 && !tf32) return p;
     float *dst = tfb_cpu_scratch(ctx, slot, n);
-    if (dst) widen_16(dst, p, n, t);
+    if (dst && t == TFB_F32) round_tf32(dst, p, n);
+    else if (dst) widen_16(dst, p, n, t);
     return dst;
 }
 
@@ -96,9 +103,9 @@ static size_t gemm_span(int rows, int cols, int ld, long long stride, int batch)
 static tfb_status cpu_gemm_widen(void *ctx, const tfb_gemm_desc *d, const float **a, const float **b) {
     int ar = d->trans_a ? d->k : d->m, ac = d->trans_a ? d->m : d->k;
     int br = d->trans_b ? d->n : d->k, bc = d->trans_b ? d->k : d->n;
-    TFB_CHECK_ALLOC(*a = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_GEMM_A, d->a, d->in_type,
+    TFB_CHECK_ALLOC(*a = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_GEMM_A, d->a, d->in_type, d->tf32,
                                         gemm_span(ar, ac, d->lda, d->stride_a, d->batch)));
-    TFB_CHECK_ALLOC(*b = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_GEMM_B, d->b, d->in_type,
+    TFB_CHECK_ALLOC(*b = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_GEMM_B, d->b, d->in_type, d->tf32,
                                         gemm_span(br, bc, d->ldb, d->stride_b, d->batch)));
     return TFB_OK;
 }
@@ -106,7 +113,7 @@ static tfb_status cpu_gemm_widen(void *ctx, const tfb_gemm_desc *d, const float 
 static tfb_status cpu_gemm(void *ctx, const tfb_gemm_desc *d) {
     const float *a = d->a, *b = d->b;
     if (d->batch < 1 || d->m < 1 || d->n < 1 || d->k < 1) return TFB_ERR_ARG;
-    if (d->in_type != TFB_F32) TFB_CHECK(cpu_gemm_widen(ctx, d, &a, &b));
+    if (d->in_type != TFB_F32 || d->tf32) TFB_CHECK(cpu_gemm_widen(ctx, d, &a, &b));
     for (int i = 0; i < d->batch; i++) {
         cblas_sgemm(CblasRowMajor, d->trans_a ? CblasTrans : CblasNoTrans, d->trans_b ? CblasTrans : CblasNoTrans,
                     d->m, d->n, d->k, d->alpha, a + i * d->stride_a, d->lda, b + i * d->stride_b, d->ldb, d->beta,

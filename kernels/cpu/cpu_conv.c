@@ -1,6 +1,6 @@
 /* cpu_conv.c — the CPU backend's convolutional-network ops: convolution as im2col + OpenBLAS SGEMM per image
  * (1x1 stride-1 convolutions skip im2col), batch norm in training mode, max and global average pooling. NCHW only;
- * 16-bit inputs are widened to FP32 first. Statistics accumulate in double. Other ops are in cpu_ops.c.
+ * 16-bit inputs are widened to FP32 first (TF32 inputs rounded). Statistics accumulate in double. Other ops are in cpu_ops.c.
  */
 #include <cblas.h>
 #include <math.h>
@@ -102,8 +102,8 @@ static const float *conv_columns(void *ctx, const tfb_conv_desc *d, const float 
 
 static tfb_status cpu_conv_fwd(void *ctx, const tfb_conv_desc *d, float *y, const void *x16, const void *w16) {
     if (d->layout != TFB_NCHW) return TFB_ERR_ARG;
-    const float *x = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_X, x16, d->in_type, x_elems(d));
-    const float *w = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_W, w16, d->in_type, w_elems(d));
+    const float *x = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_X, x16, d->in_type, d->tf32, x_elems(d));
+    const float *w = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_W, w16, d->in_type, d->tf32, w_elems(d));
     int crs = d->c * d->r * d->s, pq = d->p * d->q, G = conv_group(d);
     if (!x || !w) return TFB_ERR_NOMEM;
     for (int i0 = 0; i0 < d->n; i0 += G) {
@@ -132,8 +132,8 @@ static const float *conv_dy_group(void *ctx, const tfb_conv_desc *d, const float
 static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, float *dx, const void *dy16,
                                     const void *w16) {
     if (d->layout != TFB_NCHW) return TFB_ERR_ARG;
-    const float *dy = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_DY, dy16, d->in_type, y_elems(d));
-    const float *w = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_W, w16, d->in_type, w_elems(d));
+    const float *dy = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_DY, dy16, d->in_type, d->tf32, y_elems(d));
+    const float *w = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_W, w16, d->in_type, d->tf32, w_elems(d));
     int crs = d->c * d->r * d->s, pq = d->p * d->q, G = conv_group(d), pointwise = conv_is_pointwise(d);
     size_t img = (size_t)d->c * d->h * d->w;
     if (!dy || !w) return TFB_ERR_NOMEM;
@@ -155,8 +155,8 @@ static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, float *dx
 static tfb_status cpu_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *dw, const void *x16,
                                       const void *dy16) {
     if (d->layout != TFB_NCHW) return TFB_ERR_ARG;
-    const float *x = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_X, x16, d->in_type, x_elems(d));
-    const float *dy = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_DY, dy16, d->in_type, y_elems(d));
+    const float *x = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_X, x16, d->in_type, d->tf32, x_elems(d));
+    const float *dy = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_DY, dy16, d->in_type, d->tf32, y_elems(d));
     int crs = d->c * d->r * d->s, pq = d->p * d->q, G = conv_group(d);
     if (!x || !dy) return TFB_ERR_NOMEM;
     for (int i0 = 0; i0 < d->n; i0 += G) {

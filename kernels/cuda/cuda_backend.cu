@@ -1,0 +1,241 @@
+/* cuda_backend.cu — the CUDA backend's device checks, memory, copies and constructor.
+ *
+ * Memory: every alloc() is one cudaMalloc (never managed memory), zero-filled; tfbench's workloads carve their
+ * tensors from a few pools, so this is called a handful of times per configuration. The bytes held and the peak
+ * count the cuDNN workspace and staging buffers too. An allocation that does not fit says what was asked, what is
+ * free, and how to find a batch that fits. Copies to and from the host wait for completion (the host buffer may be
+ * reused at once); everything else is queued on the backend's stream. GEMM/convolution, the training ops and the
+ * shard ops are in the other cuda_*.cu files; communication (NCCL) is in cuda_comm.cu.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_internal.h"
+
+extern "C" void tfb_cuda_report(const char *call, const char *file, int line, const char *detail) {
+    tfb_check_report(call, file, line, detail);
+}
+
+extern "C" int tfb_cuda_device_count(char *why, size_t why_len) {
+    int n = 0, driver = 0, runtime = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    if (e == cudaErrorInsufficientDriver && driver == 0)
+        snprintf(why, why_len, "no CUDA driver (libcuda.so.1 not found or no NVIDIA kernel module)");
+    else if (e == cudaErrorInsufficientDriver)
+        snprintf(why, why_len, "the CUDA driver supports CUDA %d.%d, older than this build's runtime %d.%d: update "
+                 "the driver", driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    else if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0))
+        snprintf(why, why_len, "the CUDA driver sees no GPU (check CUDA_VISIBLE_DEVICES and nvidia-smi)");
+    else if (e != cudaSuccess)
+        snprintf(why, why_len, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    return e == cudaSuccess ? n : 0;
+}
+
+static void note_alloc(cuda_ctx *c, size_t delta, int add) {
+    c->in_use = add ? c->in_use + delta : c->in_use - delta;
+    if (c->in_use > c->peak) c->peak = c->in_use;
+}
+
+static void report_oom(cuda_ctx *c, size_t bytes) {
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    fprintf(stderr, "tfbench[rank %d, cuda:%d]: out of GPU memory: asked for %.3f GiB with %.3f GiB free of %.3f GiB "
+            "(tfbench holds %.3f GiB); run `tfbench estimate` with the same options for the largest --batch that "
+            "fits, or add --checkpointing\n", tfb_log_rank, c->device, bytes / 1073741824.0, free_b / 1073741824.0,
+            total / 1073741824.0, c->in_use / 1073741824.0);
+}
+
+static int track(cuda_ctx *c, void *p, size_t bytes) {
+    if (c->n_allocs == c->cap_allocs) {
+        int cap = c->cap_allocs ? 2 * c->cap_allocs : 32;
+        void **ptrs = (void **)realloc(c->ptrs, (size_t)cap * sizeof *ptrs);
+        if (ptrs) c->ptrs = ptrs;
+        size_t *sizes = (size_t *)realloc(c->sizes, (size_t)cap * sizeof *sizes);
+        if (sizes) c->sizes = sizes;
+        if (!ptrs || !sizes) return 0;
+        c->cap_allocs = cap;
+    }
+    c->ptrs[c->n_allocs] = p;
+    c->sizes[c->n_allocs++] = bytes;
+    note_alloc(c, bytes, 1);
+    return 1;
+}
+
+static void *cuda_alloc(void *ctx, size_t bytes) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    size_t rounded = ((bytes ? bytes : 1) + 255) & ~(size_t)255;
+    void *p = NULL;
+    if (cudaMalloc(&p, rounded) != cudaSuccess) {
+        cudaGetLastError();
+        report_oom(c, rounded);
+        return NULL;
+    }
+    if (cudaMemsetAsync(p, 0, rounded, c->stream) != cudaSuccess || !track(c, p, rounded)) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(void *ctx, void *p) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    if (!p) return;
+    for (int i = 0; i < c->n_allocs; i++) {
+        if (c->ptrs[i] != p) continue;
+        note_alloc(c, c->sizes[i], 0);
+        c->ptrs[i] = c->ptrs[--c->n_allocs];
+        c->sizes[i] = c->sizes[c->n_allocs];
+        cudaStreamSynchronize(c->stream);
+        cudaFree(p);
+        return;
+    }
+}
+
+tfb_status tfb_cuda_grow(cuda_ctx *c, void **buf, size_t *have, size_t bytes) {
+    if (bytes <= *have) return TFB_OK;
+    cuda_free(c, *buf);
+    *buf = NULL;
+    *have = 0;
+    TFB_CHECK_ALLOC(*buf = cuda_alloc(c, bytes));
+    *have = bytes;
+    return TFB_OK;
+}
+
+static void cuda_mem_stats(void *ctx, size_t *in_use, size_t *peak, int reset_peak) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    if (reset_peak) c->peak = c->in_use;
+    if (in_use) *in_use = c->in_use;
+    if (peak) *peak = c->peak;
+}
+
+static tfb_status cuda_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    TFB_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    TFB_CHECK_CUDA(cudaStreamSynchronize(c->stream));
+    return TFB_OK;
+}
+
+static tfb_status cuda_copy_d2h(void *ctx, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    TFB_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    TFB_CHECK_CUDA(cudaStreamSynchronize(c->stream));
+    return TFB_OK;
+}
+
+static tfb_status cuda_copy_d2d(void *ctx, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    TFB_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+    return TFB_OK;
+}
+
+__global__ void k_fill(float *x, float value, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = value;
+}
+
+static tfb_status cuda_fill(void *ctx, float *x, float value, size_t n) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    if (n == 0) return TFB_OK;
+    k_fill<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, c->stream>>>(x, value, n);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+static tfb_status cuda_sync(void *ctx) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    TFB_CHECK_CUDA(cudaStreamSynchronize(c->stream));
+    return TFB_OK;
+}
+
+static void cuda_destroy(tfb_backend *be) {
+    cuda_ctx *c = (cuda_ctx *)be->ctx;
+    cudaStreamSynchronize(c->stream);
+    tfb_cuda_plans_free(c);
+    for (int i = 0; i < c->n_allocs; i++) cudaFree(c->ptrs[i]);
+    if (c->blas) cublasDestroy(c->blas);
+    if (c->dnn) cudnnDestroy(c->dnn);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c->ptrs);
+    free(c->sizes);
+    free(c);
+    free(be);
+}
+
+/* The device can run this binary: a trivial kernel launches (no kernel image for its compute capability fails). */
+static tfb_status device_usable(int device, char *why, size_t why_len) {
+    cudaDeviceProp prop;
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, device);
+    if (e == cudaSuccess) {
+        k_fill<<<1, 1>>>(NULL, 0.0f, 0);
+        e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    }
+    if (e == cudaErrorNoKernelImageForDevice)
+        snprintf(why, why_len, "GPU %d (%s, compute capability %d.%d) has no kernel image in this build: rebuild with "
+                 "CUDA_ARCHS including %d%d", device, prop.name, prop.major, prop.minor, prop.major, prop.minor);
+    else if (e != cudaSuccess)
+        snprintf(why, why_len, "GPU %d: %s", device, cudaGetErrorString(e));
+    return e == cudaSuccess ? TFB_OK : TFB_ERR_ARG;
+}
+
+/* What MFU and the results need to know about the GPU (name, compute capability, SMs, maximum clock). */
+static tfb_status describe_device(tfb_backend *be, cuda_ctx *c) {
+    cudaDeviceProp prop;
+    int khz = 0;
+    TFB_CHECK_CUDA(cudaGetDeviceProperties(&prop, c->device));
+    TFB_CHECK_CUDA(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, c->device));
+    snprintf(c->name, sizeof c->name, "%s", prop.name);
+    be->device_name = c->name;
+    be->device_index = c->device;
+    be->device_cc = prop.major * 10 + prop.minor;
+    be->device_sms = prop.multiProcessorCount;
+    be->device_clock_mhz = khz / 1000.0;
+    return TFB_OK;
+}
+
+static tfb_status cuda_ctx_open(cuda_ctx *c) {
+    TFB_CHECK_CUDA(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    TFB_CHECK_CUBLAS(cublasCreate(&c->blas));
+    TFB_CHECK_CUBLAS(cublasSetStream(c->blas, c->stream));
+    TFB_CHECK_CUBLAS(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
+    TFB_CHECK_CUDNN(cudnnCreate(&c->dnn));
+    TFB_CHECK_CUDNN(cudnnSetStream(c->dnn, c->stream));
+    TFB_CHECK_ALLOC(c->flag = (int *)cuda_alloc(c, sizeof(int)));
+    return TFB_OK;
+}
+
+extern "C" tfb_status tfb_cuda_backend_create(int device, tfb_backend **out, char *why, size_t why_len) {
+    if (tfb_cuda_device_count(why, why_len) <= device) {
+        if (!why[0]) snprintf(why, why_len, "no GPU %d on this machine", device);
+        return TFB_ERR_ARG;
+    }
+    TFB_TRY(device_usable(device, why, why_len));
+    tfb_backend *be = (tfb_backend *)calloc(1, sizeof *be);
+    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
+    if (!be || !c) { free(be); free(c); return TFB_ERR_NOMEM; }
+    c->device = device;
+    *be = tfb_backend{};
+    be->name = "cuda";
+    be->ctx = c;
+    be->threads = 1;
+    be->alloc = cuda_alloc; be->free = cuda_free; be->mem_stats = cuda_mem_stats;
+    be->copy_h2d = cuda_copy_h2d; be->copy_d2h = cuda_copy_d2h; be->copy_d2d = cuda_copy_d2d;
+    be->fill = cuda_fill; be->sync = cuda_sync; be->destroy = cuda_destroy;
+    be->comm_wrap = tfb_cuda_comm_wrap;
+    tfb_cuda_blas_install(be);
+    tfb_cuda_ops_install(be);
+    tfb_cuda_cnn_install(be);
+    tfb_cuda_shard_install(be);
+    tfb_status st = cuda_ctx_open(c);
+    if (st == TFB_OK) st = describe_device(be, c);
+    if (st != TFB_OK) {
+        snprintf(why, why_len, "GPU %d: could not create the stream, cuBLAS or cuDNN handle (see above)", device);
+        cuda_destroy(be);
+        return st;
+    }
+    *out = be;
+    return TFB_OK;
+}

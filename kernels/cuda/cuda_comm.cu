@@ -1,0 +1,299 @@
+/* cuda_comm.cu — a communicator for the CUDA backend: NCCL for buffers in GPU memory, the wrapped MPI communicator
+ * for host buffers, behind the one tfb_comm interface (bench/comm.h), so no caller chooses a transport.
+ *
+ * Each communicator (the world and every split) owns an NCCL communicator of the same ranks, bootstrapped over MPI
+ * (its rank 0 makes the id and broadcasts it), and a communication stream. Every NCCL operation first waits for
+ * the work already queued on the compute stream (an event), so it sees the gradients the backward pass wrote;
+ * blocking operations then wait on the host for completion while polling ncclCommGetAsyncError, so a peer that
+ * died or an NCCL failure ends the operation with a message naming the rank and the operation, and a peer that
+ * hangs is ended by tfbench's watchdog (bench/watchdog.c), which names the operation this rank is in. Non-blocking
+ * all-reduces (the data-parallel buckets) overlap the rest of the backward pass on the communication stream; the
+ * compute stream waits for them in wait(). NCCL's send and receive match in issue order per pair of ranks: the tag
+ * is not used (tfbench's pipeline schedules issue them in the same order on both sides).
+ * Not here: the choice of algorithms or protocols (NCCL's own, steered by its NCCL_* variables).
+ */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <nccl.h>
+#include "cuda_internal.h"
+extern "C" {
+#include "../../bench/comm.h"
+}
+
+typedef struct {
+    tfb_comm *host;        /* the MPI communicator of the same ranks: host buffers, bootstrap, barrier */
+    ncclComm_t nccl;
+    cudaStream_t stream;   /* communication stream */
+    cuda_ctx *be;          /* the compute stream's owner */
+    cudaEvent_t ready;     /* compute work queued so far, for the communication stream to wait on */
+} nccl_comm;
+
+typedef struct {
+    int on_host;
+    tfb_comm_request *host_req;
+    cudaEvent_t done;
+} nccl_request;
+
+static tfb_status nccl_check(ncclResult_t r, const char *call, const char *file, int line) {
+    if (r == ncclSuccess || r == ncclInProgress) return TFB_OK;
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s%s", ncclGetErrorString(r),
+             r == ncclRemoteError ? " (a peer failed or exited)" : r == ncclSystemError ? " (network or OS error)" : "");
+    tfb_cuda_report(call, file, line, detail);
+    return TFB_ERR_COMM;
+}
+#define TFB_CHECK_NCCL(call) TFB_TRY(nccl_check((call), #call, __FILE__, __LINE__))
+
+static nccl_comm *ctx_of(tfb_comm *c) { return (nccl_comm *)c->ctx; }
+
+static int on_device(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) { cudaGetLastError(); return 0; }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+/* Both buffers of a two-buffer operation must live on the same side: *dev = 1 for GPU memory. */
+static tfb_status same_side(const void *send, const void *recv, const char *what, int *dev) {
+    *dev = on_device(recv);
+    if (*dev == on_device(send)) return TFB_OK;
+    fprintf(stderr, "tfbench[rank %d]: %s between host and GPU memory (a bug in tfbench: both buffers must be on "
+            "one side)\n", tfb_log_rank, what);
+    return TFB_ERR_STATE;
+}
+
+static ncclDataType_t nccl_type(tfb_comm_type t) {
+    return t == TFB_COMM_F64 ? ncclFloat64 : t == TFB_COMM_I32 ? ncclInt32 : t == TFB_COMM_U64 ? ncclUint64 : ncclFloat32;
+}
+
+static ncclRedOp_t nccl_op(tfb_comm_op op) { return op == TFB_MAX ? ncclMax : op == TFB_MIN ? ncclMin : ncclSum; }
+
+/* The communication stream waits for everything queued on the compute stream so far. */
+static tfb_status after_compute(nccl_comm *n) {
+    TFB_CHECK_CUDA(cudaEventRecord(n->ready, n->be->stream));
+    TFB_CHECK_CUDA(cudaStreamWaitEvent(n->stream, n->ready, 0));
+    return TFB_OK;
+}
+
+/* Waits on the host for `done`, polling NCCL's asynchronous error; then the compute stream is ordered after it. */
+static tfb_status finish(tfb_comm *c, cudaEvent_t done, const char *what) {
+    nccl_comm *n = ctx_of(c);
+    for (;;) {
+        cudaError_t e = cudaEventQuery(done);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) TFB_CHECK_CUDA(e);
+        ncclResult_t async = ncclSuccess;
+        TFB_CHECK_NCCL(ncclCommGetAsyncError(n->nccl, &async));
+        if (async != ncclSuccess && async != ncclInProgress) {
+            fprintf(stderr, "tfbench[rank %d, cuda:%d]: NCCL %s failed: %s; ending the job\n", tfb_log_rank,
+                    n->be->device, what, ncclGetErrorString(async));
+            ncclCommAbort(n->nccl);
+            n->nccl = NULL;
+            return TFB_ERR_COMM;
+        }
+        sched_yield();
+    }
+    TFB_CHECK_CUDA(cudaStreamWaitEvent(n->be->stream, done, 0));
+    return TFB_OK;
+}
+
+/* Queues `what` (already enqueued on the communication stream) and blocks until it completes. */
+static tfb_status complete(tfb_comm *c, const char *what) {
+    nccl_comm *n = ctx_of(c);
+    cudaEvent_t done;
+    TFB_CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    tfb_status st = cudaEventRecord(done, n->stream) == cudaSuccess ? finish(c, done, what) : TFB_ERR_BACKEND;
+    cudaEventDestroy(done);
+    return st;
+}
+
+static tfb_status nc_allreduce(tfb_comm *c, void *buf, size_t count, tfb_comm_type t, tfb_comm_op op) {
+    nccl_comm *n = ctx_of(c);
+    if (!on_device(buf)) return n->host->allreduce(n->host, buf, count, t, op);
+    TFB_TRY(after_compute(n));
+    TFB_CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), n->nccl, n->stream));
+    return complete(c, "all-reduce");
+}
+
+static tfb_status nc_iallreduce(tfb_comm *c, void *buf, size_t count, tfb_comm_type t, tfb_comm_op op,
+                                tfb_comm_request **req) {
+    nccl_comm *n = ctx_of(c);
+    nccl_request *r = (nccl_request *)calloc(1, sizeof *r);
+    TFB_CHECK_ALLOC(r);
+    *req = (tfb_comm_request *)r;
+    if (!on_device(buf)) {
+        r->on_host = 1;
+        return n->host->iallreduce(n->host, buf, count, t, op, &r->host_req);
+    }
+    TFB_TRY(after_compute(n));
+    TFB_CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), n->nccl, n->stream));
+    TFB_CHECK_CUDA(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
+    TFB_CHECK_CUDA(cudaEventRecord(r->done, n->stream));
+    return TFB_OK;
+}
+
+static tfb_status nc_test(tfb_comm *c, tfb_comm_request *req, int *done) {
+    nccl_request *r = (nccl_request *)req;
+    if (r->on_host) {
+        TFB_TRY(ctx_of(c)->host->test(ctx_of(c)->host, r->host_req, done));
+        if (*done) free(r);
+        return TFB_OK;
+    }
+    cudaError_t e = cudaEventQuery(r->done);
+    *done = e == cudaSuccess;
+    if (e != cudaSuccess && e != cudaErrorNotReady) TFB_CHECK_CUDA(e);
+    if (!*done) return TFB_OK;
+    tfb_status st = finish(c, r->done, "all-reduce");
+    cudaEventDestroy(r->done);
+    free(r);
+    return st;
+}
+
+static tfb_status nc_wait(tfb_comm *c, tfb_comm_request *req) {
+    nccl_request *r = (nccl_request *)req;
+    tfb_status st = r->on_host ? ctx_of(c)->host->wait(ctx_of(c)->host, r->host_req)
+                               : finish(c, r->done, "all-reduce");
+    if (!r->on_host) cudaEventDestroy(r->done);
+    free(r);
+    return st;
+}
+
+static tfb_status nc_allgather(tfb_comm *c, const void *send, void *recv, size_t count, tfb_comm_type t) {
+    nccl_comm *n = ctx_of(c);
+    int dev;
+    TFB_TRY(same_side(send, recv, "all-gather", &dev));
+    if (!dev) return n->host->allgather(n->host, send, recv, count, t);
+    TFB_TRY(after_compute(n));
+    TFB_CHECK_NCCL(ncclAllGather(send, recv, count, nccl_type(t), n->nccl, n->stream));
+    return complete(c, "all-gather");
+}
+
+static tfb_status nc_reduce_scatter(tfb_comm *c, const void *send, void *recv, size_t count, tfb_comm_type t) {
+    nccl_comm *n = ctx_of(c);
+    int dev;
+    TFB_TRY(same_side(send, recv, "reduce-scatter", &dev));
+    if (!dev) return n->host->reduce_scatter(n->host, send, recv, count, t);
+    TFB_TRY(after_compute(n));
+    TFB_CHECK_NCCL(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, n->nccl, n->stream));
+    return complete(c, "reduce-scatter");
+}
+
+static tfb_status nc_bcast(tfb_comm *c, void *buf, size_t count, tfb_comm_type t, int root) {
+    nccl_comm *n = ctx_of(c);
+    if (!on_device(buf)) return n->host->bcast(n->host, buf, count, t, root);
+    TFB_TRY(after_compute(n));
+    TFB_CHECK_NCCL(ncclBroadcast(buf, buf, count, nccl_type(t), root, n->nccl, n->stream));
+    return complete(c, "broadcast");
+}
+
+static tfb_status nc_send(tfb_comm *c, const void *buf, size_t count, tfb_comm_type t, int peer, int tag) {
+    nccl_comm *n = ctx_of(c);
+    if (!on_device(buf)) return n->host->send(n->host, buf, count, t, peer, tag);
+    TFB_TRY(after_compute(n));
+    TFB_CHECK_NCCL(ncclSend(buf, count, nccl_type(t), peer, n->nccl, n->stream));
+    return complete(c, "send");
+}
+
+static tfb_status nc_recv(tfb_comm *c, void *buf, size_t count, tfb_comm_type t, int peer, int tag) {
+    nccl_comm *n = ctx_of(c);
+    if (!on_device(buf)) return n->host->recv(n->host, buf, count, t, peer, tag);
+    TFB_TRY(after_compute(n));
+    TFB_CHECK_NCCL(ncclRecv(buf, count, nccl_type(t), peer, n->nccl, n->stream));
+    return complete(c, "receive");
+}
+
+static tfb_status nc_sendrecv(tfb_comm *c, const void *send, size_t ns, int to, void *recv, size_t nr, int from,
+                              tfb_comm_type t, int tag) {
+    nccl_comm *n = ctx_of(c);
+    int dev = nr ? on_device(recv) : on_device(send);
+    if (ns && nr) TFB_TRY(same_side(send, recv, "send/receive", &dev));
+    if (!dev) return n->host->sendrecv(n->host, send, ns, to, recv, nr, from, t, tag);
+    TFB_TRY(after_compute(n));
+    TFB_CHECK_NCCL(ncclGroupStart());
+    if (ns) TFB_CHECK_NCCL(ncclSend(send, ns, nccl_type(t), to, n->nccl, n->stream));
+    if (nr) TFB_CHECK_NCCL(ncclRecv(recv, nr, nccl_type(t), from, n->nccl, n->stream));
+    TFB_CHECK_NCCL(ncclGroupEnd());
+    return complete(c, "send/receive");
+}
+
+static tfb_status nc_barrier(tfb_comm *c) {
+    nccl_comm *n = ctx_of(c);
+    TFB_CHECK_CUDA(cudaStreamSynchronize(n->be->stream));
+    return n->host->barrier(n->host);
+}
+
+static void nc_abort(tfb_comm *c, int code) {
+    nccl_comm *n = ctx_of(c);
+    if (n->nccl) ncclCommAbort(n->nccl);
+    n->nccl = NULL;
+    n->host->abort(n->host, code);
+}
+
+static void nc_destroy(tfb_comm *c) {
+    nccl_comm *n = ctx_of(c);
+    if (n->nccl) ncclCommDestroy(n->nccl);
+    if (n->ready) cudaEventDestroy(n->ready);
+    if (n->stream) cudaStreamDestroy(n->stream);
+    n->host->destroy(n->host);
+    free(n);
+    free(c);
+}
+
+static tfb_status nc_wrap(cuda_ctx *be, tfb_comm *host, tfb_comm **out);
+
+static tfb_status nc_split(tfb_comm *c, int color, int key, tfb_comm **out) {
+    tfb_comm *host = NULL;
+    *out = NULL;
+    TFB_TRY(ctx_of(c)->host->split(ctx_of(c)->host, color, key, &host));
+    if (!host) return TFB_OK;
+    tfb_status st = nc_wrap(ctx_of(c)->be, host, out);
+    if (st != TFB_OK) host->destroy(host);
+    return st;
+}
+
+/* NCCL communicator of host's ranks: host rank 0 makes the id, every rank joins (collective over host). */
+static tfb_status nccl_open(nccl_comm *n) {
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (n->host->rank == 0) TFB_CHECK_NCCL(ncclGetUniqueId(&id));
+    TFB_TRY(n->host->bcast(n->host, &id, sizeof id / 8, TFB_COMM_U64, 0));
+    TFB_CHECK_CUDA(cudaSetDevice(n->be->device));
+    TFB_CHECK_NCCL(ncclCommInitRank(&n->nccl, n->host->size, id, n->host->rank));
+    return TFB_OK;
+}
+
+static tfb_status nc_wrap(cuda_ctx *be, tfb_comm *host, tfb_comm **out) {
+    tfb_comm *c = (tfb_comm *)calloc(1, sizeof *c);
+    nccl_comm *n = (nccl_comm *)calloc(1, sizeof *n);
+    if (!c || !n) { free(c); free(n); return TFB_ERR_NOMEM; }
+    n->host = host;
+    n->be = be;
+    *c = tfb_comm{};
+    c->rank = host->rank; c->size = host->size; c->ctx = n;
+    c->allreduce = nc_allreduce; c->iallreduce = nc_iallreduce; c->test = nc_test; c->wait = nc_wait;
+    c->allgather = nc_allgather; c->reduce_scatter = nc_reduce_scatter; c->bcast = nc_bcast;
+    c->send = nc_send; c->recv = nc_recv; c->sendrecv = nc_sendrecv; c->barrier = nc_barrier;
+    c->split = nc_split; c->abort = nc_abort; c->destroy = nc_destroy;
+    tfb_status st = TFB_OK;
+    if (cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming) != cudaSuccess)
+        st = TFB_ERR_BACKEND;
+    if (st == TFB_OK) st = nccl_open(n);
+    if (st != TFB_OK) {
+        n->host = NULL;
+        if (n->ready) cudaEventDestroy(n->ready);
+        if (n->stream) cudaStreamDestroy(n->stream);
+        free(n);
+        free(c);
+        return st;
+    }
+    *out = c;
+    return TFB_OK;
+}
+
+/* backend hook: a communicator over host's ranks that also moves this backend's memory (host stays owned by the
+ * caller: the world communicator is finalised by MPI, not destroyed). */
+tfb_status tfb_cuda_comm_wrap(void *ctx, tfb_comm *host, tfb_comm **out) {
+    return nc_wrap((cuda_ctx *)ctx, host, out);
+}

@@ -1,0 +1,111 @@
+/* cuda_internal.h — declarations shared by the CUDA backend's files (cuda_backend.cu: device, memory, copies and
+ * constructor; cuda_blas.cu: GEMM through cuBLAS and convolution through cuDNN; cuda_ops.cu: the training ops;
+ * cuda_cnn.cu: batch norm and pooling; cuda_shard.cu: tensor-parallel shard ops). Not a public interface.
+ *
+ * Every op is queued on the backend's one stream and returns without waiting; sync() waits. Errors are checked
+ * with TFB_CHECK_CUDA / _CUBLAS / _CUDNN, which report the failing call, file:line, rank and device through
+ * tfb_check_report() and return TFB_ERR_BACKEND.
+ */
+#ifndef TFB_CUDA_INTERNAL_H
+#define TFB_CUDA_INTERNAL_H
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <cudnn.h>
+#include "cuda.h"
+
+#define TFB_CUDA_THREADS 256
+
+/* One cached convolution plan: the shape key, cuDNN's descriptors and the algorithms its search chose. */
+typedef struct tfb_conv_plan tfb_conv_plan;
+
+typedef struct {
+    int device;
+    char name[256];                           /* the GPU's name as CUDA reports it */
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cudnnHandle_t dnn;
+    void *workspace; size_t workspace_bytes;  /* cuDNN workspace, grown on demand */
+    void *scratch; size_t scratch_bytes;      /* FP32-sized staging for 16-bit convolution outputs */
+    int *flag;                                /* one device int for check_finite */
+    tfb_conv_plan *plans; int n_plans, cap_plans;
+    void **ptrs; size_t *sizes; int n_allocs, cap_allocs;  /* live allocations, for mem_stats and free */
+    size_t in_use, peak;
+} cuda_ctx;
+
+extern "C" void tfb_cuda_report(const char *call, const char *file, int line, const char *detail);
+
+#define TFB_CHECK_CUDA(call)                                                       \
+    do {                                                                           \
+        cudaError_t tfb_e_ = (call);                                               \
+        if (tfb_e_ != cudaSuccess) {                                               \
+            tfb_cuda_report(#call, __FILE__, __LINE__, cudaGetErrorString(tfb_e_)); \
+            return TFB_ERR_BACKEND;                                                \
+        }                                                                          \
+    } while (0)
+
+#define TFB_CHECK_CUBLAS(call)                                                         \
+    do {                                                                               \
+        cublasStatus_t tfb_e_ = (call);                                                \
+        if (tfb_e_ != CUBLAS_STATUS_SUCCESS) {                                         \
+            tfb_cuda_report(#call, __FILE__, __LINE__, cublasGetStatusString(tfb_e_)); \
+            return TFB_ERR_BACKEND;                                                    \
+        }                                                                              \
+    } while (0)
+
+#define TFB_CHECK_CUDNN(call)                                                       \
+    do {                                                                            \
+        cudnnStatus_t tfb_e_ = (call);                                              \
+        if (tfb_e_ != CUDNN_STATUS_SUCCESS) {                                       \
+            tfb_cuda_report(#call, __FILE__, __LINE__, cudnnGetErrorString(tfb_e_)); \
+            return TFB_ERR_BACKEND;                                                 \
+        }                                                                           \
+    } while (0)
+
+/* A kernel launch: reports a bad configuration (asynchronous faults surface at the next checked call). */
+#define TFB_CHECK_LAUNCH() TFB_CHECK_CUDA(cudaGetLastError())
+
+static inline unsigned tfb_cuda_blocks(size_t n) {
+    size_t b = (n + TFB_CUDA_THREADS - 1) / TFB_CUDA_THREADS;
+    return (unsigned)(b < 65535u * 32u ? (b ? b : 1) : 65535u * 32u);
+}
+
+/* Grid-stride loop over [0, n). */
+#define TFB_GRID_LOOP(i, n) \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+
+/* The sum (max) of v over the block, returned to every thread; blockDim.x a multiple of 32, at most 1024. Safe to
+ * call repeatedly in one kernel (the shared buffer is fenced on both sides). */
+__device__ __forceinline__ float tfb_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float tfb_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float tfb_block_reduce(float v, int is_max) {
+    __shared__ float part[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    v = is_max ? tfb_warp_max(v) : tfb_warp_sum(v);
+    __syncthreads();
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    float r = lane < warps ? part[lane] : (is_max ? -INFINITY : 0.0f);
+    return is_max ? tfb_warp_max(r) : tfb_warp_sum(r);
+}
+__device__ __forceinline__ float tfb_block_sum(float v) { return tfb_block_reduce(v, 0); }
+__device__ __forceinline__ float tfb_block_max(float v) { return tfb_block_reduce(v, 1); }
+
+/* Device memory of at least `bytes` in *buf (grown, never shrunk; counted in mem_stats). */
+tfb_status tfb_cuda_grow(cuda_ctx *c, void **buf, size_t *have, size_t bytes);
+
+/* cuda_comm.cu: NCCL for device buffers, the wrapped MPI communicator for host ones (tfb_backend.comm_wrap). */
+tfb_status tfb_cuda_comm_wrap(void *ctx, struct tfb_comm *host, struct tfb_comm **out);
+
+void tfb_cuda_blas_install(tfb_backend *be);
+void tfb_cuda_ops_install(tfb_backend *be);
+void tfb_cuda_cnn_install(tfb_backend *be);
+void tfb_cuda_shard_install(tfb_backend *be);
+void tfb_cuda_plans_free(cuda_ctx *c);
+
+#endif

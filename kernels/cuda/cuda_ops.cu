@@ -1,0 +1,417 @@
+/* cuda_ops.cu — the CUDA backend's transformer and optimizer ops, written to compute what cpu_ops.c computes (the
+ * reference they are checked against by `make gpu-check`): same formulas, same exact-erf GELU, same Philox dropout
+ * mask, same AdamW and SGD forms.
+ *
+ * Row ops (LayerNorm, softmax, cross-entropy) run one block per row; column reductions (bias and LayerNorm
+ * parameter gradients) give each thread a column and a slice of rows, reduce the slice in shared memory and add
+ * the block's partial with atomicAdd (so their last bits depend on scheduling). Element-wise ops use grid-stride
+ * loops. Fusion beyond what the interface names (bias+GELU, unscale+check+update) is left to the callers' API.
+ */
+#include <math.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include "cuda_internal.h"
+#include "../philox.h"
+
+#define ROW_THREADS 256
+#define COL_TX 32
+#define COL_TY 8
+
+static cudaStream_t S(void *ctx) { return ((cuda_ctx *)ctx)->stream; }
+
+static unsigned col_row_blocks(int n) {
+    int b = (n + COL_TY * 64 - 1) / (COL_TY * 64);
+    return (unsigned)(b < 1 ? 1 : b > 1024 ? 1024 : b);
+}
+
+/* ---- embedding ---- */
+
+__global__ void k_embedding_fwd(float *out, const float *table, const int *ids, int n, int h, int accumulate) {
+    TFB_GRID_LOOP(e, (size_t)n * h) {
+        size_t i = e / h, j = e % h;
+        float v = table[(size_t)ids[i] * h + j];
+        out[e] = accumulate ? out[e] + v : v;
+    }
+}
+
+static tfb_status cuda_embedding_fwd(void *ctx, float *out, const float *table, const int *ids, int n, int h,
+                                     int accumulate) {
+    k_embedding_fwd<<<tfb_cuda_blocks((size_t)n * h), TFB_CUDA_THREADS, 0, S(ctx)>>>(out, table, ids, n, h, accumulate);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+__global__ void k_embedding_bwd(float *dtable, const float *dout, const int *ids, int n, int h) {
+    TFB_GRID_LOOP(e, (size_t)n * h) atomicAdd(&dtable[(size_t)ids[e / h] * h + e % h], dout[e]);
+}
+
+static tfb_status cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const int *ids, int n, int h) {
+    k_embedding_bwd<<<tfb_cuda_blocks((size_t)n * h), TFB_CUDA_THREADS, 0, S(ctx)>>>(dtable, dout, ids, n, h);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+/* ---- LayerNorm ---- */
+
+__global__ void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *in, const float *gamma,
+                                const float *beta, int h, float eps) {
+    const float *x = in + (size_t)blockIdx.x * h;
+    float *y = out + (size_t)blockIdx.x * h;
+    float s = 0.0f, ss = 0.0f;
+    for (int j = threadIdx.x; j < h; j += blockDim.x) s += x[j];
+    float mu = tfb_block_sum(s) / h;
+    for (int j = threadIdx.x; j < h; j += blockDim.x) ss += (x[j] - mu) * (x[j] - mu);
+    float r = rsqrtf(tfb_block_sum(ss) / h + eps);
+    for (int j = threadIdx.x; j < h; j += blockDim.x) y[j] = (x[j] - mu) * r * gamma[j] + beta[j];
+    if (threadIdx.x == 0) { mean[blockIdx.x] = mu; rstd[blockIdx.x] = r; }
+}
+
+static tfb_status cuda_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *in,
+                                     const float *gamma, const float *beta, int n, int h, float eps) {
+    if (n < 1) return TFB_OK;
+    k_layernorm_fwd<<<n, ROW_THREADS, 0, S(ctx)>>>(out, mean, rstd, in, gamma, beta, h, eps);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+/* dgamma (h) += sum_i dy * xhat, dbeta (h) += sum_i dy: block (32, 8) per 32 columns and a slice of rows */
+__global__ void k_layernorm_param_grads(float *dgamma, float *dbeta, const float *dout, const float *in,
+                                        const float *mean, const float *rstd, int n, int h) {
+    __shared__ float sg[COL_TY][COL_TX + 1], sb[COL_TY][COL_TX + 1];
+    int j = blockIdx.x * COL_TX + threadIdx.x;
+    float g = 0.0f, b = 0.0f;
+    if (j < h)
+        for (int i = blockIdx.y * COL_TY + threadIdx.y; i < n; i += gridDim.y * COL_TY) {
+            float dy = dout[(size_t)i * h + j];
+            g += dy * (in[(size_t)i * h + j] - mean[i]) * rstd[i];
+            b += dy;
+        }
+    sg[threadIdx.y][threadIdx.x] = g;
+    sb[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= h) return;
+    for (int t = 1; t < COL_TY; t++) { g += sg[t][threadIdx.x]; b += sb[t][threadIdx.x]; }
+    atomicAdd(&dgamma[j], g);
+    atomicAdd(&dbeta[j], b);
+}
+
+__global__ void k_layernorm_bwd(float *din, const float *dout, const float *in, const float *mean,
+                                const float *rstd, const float *gamma, int h) {
+    size_t row = (size_t)blockIdx.x * h;
+    float mu = mean[blockIdx.x], r = rstd[blockIdx.x], sg = 0.0f, sgx = 0.0f;
+    for (int j = threadIdx.x; j < h; j += blockDim.x) {
+        float g = dout[row + j] * gamma[j];
+        sg += g;
+        sgx += g * (in[row + j] - mu) * r;
+    }
+    sg = tfb_block_sum(sg) / h;
+    sgx = tfb_block_sum(sgx) / h;
+    for (int j = threadIdx.x; j < h; j += blockDim.x) {
+        float xhat = (in[row + j] - mu) * r;
+        din[row + j] = r * (dout[row + j] * gamma[j] - sg - xhat * sgx);
+    }
+}
+
+static tfb_status cuda_layernorm_bwd(void *ctx, float *din, float *dgamma, float *dbeta, const float *dout,
+                                     const float *in, const float *mean, const float *rstd, const float *gamma,
+                                     int n, int h) {
+    if (n < 1) return TFB_OK;
+    dim3 grid((h + COL_TX - 1) / COL_TX, col_row_blocks(n)), block(COL_TX, COL_TY);
+    k_layernorm_param_grads<<<grid, block, 0, S(ctx)>>>(dgamma, dbeta, dout, in, mean, rstd, n, h);
+    TFB_CHECK_LAUNCH();
+    k_layernorm_bwd<<<n, ROW_THREADS, 0, S(ctx)>>>(din, dout, in, mean, rstd, gamma, h);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+/* ---- softmax ---- */
+
+__global__ void k_softmax_fwd(float *out, const float *in, int cols, float scale, const int *key_len,
+                              int rows_per_key) {
+    const float *x = in + (size_t)blockIdx.x * cols;
+    float *y = out + (size_t)blockIdx.x * cols;
+    int valid = key_len ? key_len[blockIdx.x / rows_per_key] : cols;
+    float mx = -INFINITY, sum = 0.0f;
+    for (int j = threadIdx.x; j < valid; j += blockDim.x) mx = fmaxf(mx, scale * x[j]);
+    mx = tfb_block_max(mx);
+    for (int j = threadIdx.x; j < valid; j += blockDim.x) sum += expf(scale * x[j] - mx);
+    float inv = 1.0f / tfb_block_sum(sum);
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) y[j] = j < valid ? expf(scale * x[j] - mx) * inv : 0.0f;
+}
+
+static tfb_status cuda_softmax_fwd(void *ctx, float *out, const float *in, int rows, int cols, float scale,
+                                   const int *key_len, int rows_per_key) {
+    if (rows < 1) return TFB_OK;
+    k_softmax_fwd<<<rows, ROW_THREADS, 0, S(ctx)>>>(out, in, cols, scale, key_len, rows_per_key);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+__global__ void k_softmax_bwd(float *din, const float *dout, const float *out, int cols, float scale) {
+    size_t row = (size_t)blockIdx.x * cols;
+    float dot = 0.0f;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) dot += dout[row + j] * out[row + j];
+    dot = tfb_block_sum(dot);
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) din[row + j] = scale * out[row + j] * (dout[row + j] - dot);
+}
+
+static tfb_status cuda_softmax_bwd(void *ctx, float *din, const float *dout, const float *out, int rows, int cols,
+                                   float scale) {
+    if (rows < 1) return TFB_OK;
+    k_softmax_bwd<<<rows, ROW_THREADS, 0, S(ctx)>>>(din, dout, out, cols, scale);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+/* ---- activations, bias, residual ---- */
+
+__device__ __forceinline__ float act_value(int act, float x) {
+    if (act == TFB_ACT_RELU) return x > 0.0f ? x : 0.0f;
+    return act == TFB_ACT_GELU ? 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)) : tanhf(x);
+}
+
+__device__ __forceinline__ float act_slope(int act, float x) {
+    if (act == TFB_ACT_RELU) return x > 0.0f ? 1.0f : 0.0f;
+    if (act == TFB_ACT_TANH) { float t = tanhf(x); return 1.0f - t * t; }
+    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
+}
+
+__global__ void k_act_fwd(int act, float *out, const float *in, size_t n) {
+    TFB_GRID_LOOP(i, n) out[i] = act_value(act, in[i]);
+}
+
+__global__ void k_act_bwd(int act, float *din, const float *dout, const float *in, size_t n) {
+    TFB_GRID_LOOP(i, n) din[i] = dout[i] * act_slope(act, in[i]);
+}
+
+static tfb_status cuda_act_fwd(void *ctx, tfb_act act, float *out, const float *in, size_t n) {
+    k_act_fwd<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>((int)act, out, in, n);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+static tfb_status cuda_act_bwd(void *ctx, tfb_act act, float *din, const float *dout, const float *in, size_t n) {
+    k_act_bwd<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>((int)act, din, dout, in, n);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+__global__ void k_bias_add(float *x, const float *bias, size_t n, int h) {
+    TFB_GRID_LOOP(i, n) x[i] += bias[i % h];
+}
+
+static tfb_status cuda_bias_add(void *ctx, float *x, const float *bias, int n, int h) {
+    size_t total = (size_t)n * h;
+    k_bias_add<<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(x, bias, total, h);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+__global__ void k_bias_grad(float *dbias, const float *dout, int n, int h) {
+    __shared__ float part[COL_TY][COL_TX + 1];
+    int j = blockIdx.x * COL_TX + threadIdx.x;
+    float acc = 0.0f;
+    if (j < h)
+        for (int i = blockIdx.y * COL_TY + threadIdx.y; i < n; i += gridDim.y * COL_TY) acc += dout[(size_t)i * h + j];
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= h) return;
+    for (int t = 1; t < COL_TY; t++) acc += part[t][threadIdx.x];
+    atomicAdd(&dbias[j], acc);
+}
+
+static tfb_status cuda_bias_grad(void *ctx, float *dbias, const float *dout, int n, int h) {
+    if (n < 1) return TFB_OK;
+    dim3 grid((h + COL_TX - 1) / COL_TX, col_row_blocks(n)), block(COL_TX, COL_TY);
+    k_bias_grad<<<grid, block, 0, S(ctx)>>>(dbias, dout, n, h);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+__global__ void k_residual_add(float *out, const float *a, const float *b, size_t n) {
+    TFB_GRID_LOOP(i, n) out[i] = a[i] + b[i];
+}
+
+static tfb_status cuda_residual_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
+    k_residual_add<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(out, a, b, n);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+/* ---- dropout: one Philox block per group of four global indices, as on the CPU ---- */
+
+__global__ void k_dropout(float *out, const float *in, size_t n, float p, tfb_dropout_key key) {
+    tfb_philox_key k = tfb_philox_key_make(key.seed, key.site);
+    float keep_scale = 1.0f / (1.0f - p);
+    uint64_t g0 = key.offset >> 2, groups = ((key.offset + n + 3) >> 2) - g0;
+    TFB_GRID_LOOP(t, groups) {
+        uint64_t g = g0 + t;
+        tfb_philox_ctr r = tfb_philox_block(k, g << 2, key.step);
+        for (int q = 0; q < 4; q++) {
+            uint64_t idx = (g << 2) + (uint64_t)q;
+            if (idx < key.offset || idx >= key.offset + n) continue;
+            size_t e = (size_t)(idx - key.offset);
+            out[e] = tfb_u32_to_unit(r.v[q]) >= p ? in[e] * keep_scale : 0.0f;
+        }
+    }
+}
+
+static tfb_status cuda_dropout_fwd(void *ctx, float *out, const float *in, size_t n, float p, tfb_dropout_key key) {
+    if (p <= 0.0f) {
+        if (out != in) TFB_CHECK_CUDA(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, S(ctx)));
+        return TFB_OK;
+    }
+    k_dropout<<<tfb_cuda_blocks(n / 4 + 2), TFB_CUDA_THREADS, 0, S(ctx)>>>(out, in, n, p, key);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+static tfb_status cuda_dropout_bwd(void *ctx, float *din, const float *dout, size_t n, float p, tfb_dropout_key key) {
+    return cuda_dropout_fwd(ctx, din, dout, n, p, key);
+}
+
+/* ---- cross-entropy ---- */
+
+__global__ void k_xent_fwd(float *loss_sum, const float *logits, const int *labels, int v) {
+    int label = labels[blockIdx.x];
+    if (label < 0) return;
+    const float *x = logits + (size_t)blockIdx.x * v;
+    float mx = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, x[j]);
+    mx = tfb_block_max(mx);
+    for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - mx);
+    s = tfb_block_sum(s);
+    if (threadIdx.x == 0) atomicAdd(loss_sum, logf(s) + mx - x[label]);
+}
+
+static tfb_status cuda_xent_fwd(void *ctx, float *loss_sum, const float *logits, const int *labels, int n, int v) {
+    TFB_CHECK_CUDA(cudaMemsetAsync(loss_sum, 0, sizeof(float), S(ctx)));
+    if (n < 1) return TFB_OK;
+    k_xent_fwd<<<n, ROW_THREADS, 0, S(ctx)>>>(loss_sum, logits, labels, v);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+/* dlogits may alias logits: every element is read and then written by the same thread, after the row's sums. */
+__global__ void k_xent_bwd(float *dlogits, const float *logits, const int *labels, int v, float dscale) {
+    int label = labels[blockIdx.x];
+    const float *x = logits + (size_t)blockIdx.x * v;
+    float *dx = dlogits + (size_t)blockIdx.x * v;
+    float mx = -INFINITY, s = 0.0f;
+    if (label >= 0) {
+        for (int j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, x[j]);
+        mx = tfb_block_max(mx);
+        for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - mx);
+        s = tfb_block_sum(s);
+    }
+    float inv = 1.0f / s;
+    for (int j = threadIdx.x; j < v; j += blockDim.x)
+        dx[j] = label < 0 ? 0.0f : expf(x[j] - mx) * inv * dscale - (j == label ? dscale : 0.0f);
+}
+
+static tfb_status cuda_xent_bwd(void *ctx, float *dlogits, const float *logits, const int *labels, int n, int v,
+                                float dscale) {
+    if (n < 1) return TFB_OK;
+    k_xent_bwd<<<n, ROW_THREADS, 0, S(ctx)>>>(dlogits, logits, labels, v, dscale);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+/* ---- optimizers ---- */
+
+__global__ void k_adamw(float *w, const float *g, float *m, float *v, size_t n, tfb_adamw_hparams hp, float c1,
+                        float c2) {
+    TFB_GRID_LOOP(i, n) {
+        float gi = g[i] * hp.grad_scale;
+        float mi = hp.beta1 * m[i] + (1.0f - hp.beta1) * gi;
+        float vi = hp.beta2 * v[i] + (1.0f - hp.beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] -= hp.lr * ((mi * c1) / (sqrtf(vi * c2) + hp.eps) + hp.weight_decay * w[i]);
+    }
+}
+
+static tfb_status cuda_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
+                             const tfb_adamw_hparams *hp) {
+    float c1 = 1.0f / (1.0f - powf(hp->beta1, (float)hp->step));
+    float c2 = 1.0f / (1.0f - powf(hp->beta2, (float)hp->step));
+    k_adamw<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, m, v, n, *hp, c1, c2);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+__global__ void k_sgd(float *w, const float *g, float *buf, size_t n, tfb_sgd_hparams hp) {
+    TFB_GRID_LOOP(i, n) {
+        float b = hp.momentum * buf[i] + g[i] * hp.grad_scale + hp.weight_decay * w[i];
+        buf[i] = b;
+        w[i] -= hp.lr * b;
+    }
+}
+
+static tfb_status cuda_sgd(void *ctx, float *w, const float *g, float *buf, size_t n, const tfb_sgd_hparams *hp) {
+    k_sgd<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, buf, n, *hp);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+/* ---- casts and the finite check ---- */
+
+__device__ __forceinline__ float load_elem(const void *p, int t, size_t i) {
+    if (t == TFB_F16) return __half2float(((const __half *)p)[i]);
+    if (t == TFB_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+__device__ __forceinline__ void store_elem(void *p, int t, size_t i, float x) {
+    if (t == TFB_F16) ((__half *)p)[i] = __float2half_rn(x);
+    else if (t == TFB_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
+    else ((float *)p)[i] = x;
+}
+
+__global__ void k_cast(void *dst, int dst_type, const void *src, int src_type, size_t n) {
+    TFB_GRID_LOOP(i, n) store_elem(dst, dst_type, i, load_elem(src, src_type, i));
+}
+
+static tfb_status cuda_cast(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type, size_t n) {
+    k_cast<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(dst, (int)dst_type, src, (int)src_type, n);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+__global__ void k_check_finite(int *bad, const float *x, size_t n) {
+    TFB_GRID_LOOP(i, n) if (!isfinite(x[i])) *bad = 1;
+}
+
+static tfb_status cuda_check_finite(void *ctx, const float *x, size_t n, int *all_finite) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    int bad = 0;
+    TFB_CHECK_CUDA(cudaMemsetAsync(c->flag, 0, sizeof(int), c->stream));
+    if (n) k_check_finite<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, c->stream>>>(c->flag, x, n);
+    TFB_CHECK_LAUNCH();
+    TFB_CHECK_CUDA(cudaMemcpyAsync(&bad, c->flag, sizeof(int), cudaMemcpyDeviceToHost, c->stream));
+    TFB_CHECK_CUDA(cudaStreamSynchronize(c->stream));
+    *all_finite = !bad;
+    return TFB_OK;
+}
+
+void tfb_cuda_ops_install(tfb_backend *be) {
+    be->embedding_fwd = cuda_embedding_fwd;
+    be->embedding_bwd = cuda_embedding_bwd;
+    be->layernorm_fwd = cuda_layernorm_fwd;
+    be->layernorm_bwd = cuda_layernorm_bwd;
+    be->softmax_fwd = cuda_softmax_fwd;
+    be->softmax_bwd = cuda_softmax_bwd;
+    be->act_fwd = cuda_act_fwd;
+    be->act_bwd = cuda_act_bwd;
+    be->bias_add = cuda_bias_add;
+    be->bias_grad = cuda_bias_grad;
+    be->residual_add = cuda_residual_add;
+    be->dropout_fwd = cuda_dropout_fwd;
+    be->dropout_bwd = cuda_dropout_bwd;
+    be->xent_fwd = cuda_xent_fwd;
+    be->xent_bwd = cuda_xent_bwd;
+    be->adamw = cuda_adamw;
+    be->sgd = cuda_sgd;
+    be->cast = cuda_cast;
+    be->check_finite = cuda_check_finite;
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks on a machine with a GPU (`make gpu-check`), in one call of about five minutes:
+#   1. builds for this GPU's architecture (CUDA_ARCHS, default the compute capability nvidia-smi reports);
+#   2. build/tests/gpu_check: every op against the CPU backend on fresh random inputs, outputs poisoned first;
+#   3. whole training steps: bert-tiny and resnet-tiny, 10 steps on the GPU and on the CPU backend from the same
+#      seed, the per-step losses compared (FP32 1e-5, TF32 5e-3, FP16/BF16 2e-2 relative); with two or more GPUs
+#      also bert-tiny tensor and pipeline parallel on two ranks against the CPU backend on two ranks;
+#   4. a short benchmark on one GPU: bert-large and resnet50 in FP32, TF32 and FP16, samples/s and MFU, and the
+#      allocator's measured peak beside the planned memory (what `tfbench estimate` predicts).
+# Ends with one compact table; logs and results files go to $OUT (default build/gpu-check). Exit 0 when every check
+# passed, 1 otherwise, 2 when there is no usable GPU. Needs what `make` needs (MPI, OpenBLAS, cJSON, hwloc, CUDA).
+# GPU_CHECK_DEVICE=cpu runs the whole script with the CPU backend standing in for the GPU (to check the script
+# itself) and GPU_CHECK_BENCH names the benchmark's models (default "bert-large resnet50").
+set -u
+cd "$(dirname "$0")/.." || exit 1
+out=${OUT:-build/gpu-check}
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+arch=${CUDA_ARCHS:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')}
+start=$(date +%s)
+if ! make --no-print-directory CUDA_ARCHS="${arch:-90}" -j"$(nproc)" all >"$out/build.log" 2>&1; then
+    tail -30 "$out/build.log"
+    echo "gpu-check: the build failed (log: $out/build.log)"
+    exit 1
+fi
+grep -E '^  [✓✗]' "$out/build.log" | sort -u
+dev=${GPU_CHECK_DEVICE:-cuda}
+build/tests/gpu_check --device "$dev" | tee "$out/ops.txt"
+ops=${PIPESTATUS[0]}
+[ "$ops" = 2 ] && exit 2
+echo "gpu-check: ops done in $(( $(date +%s) - start )) s"
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+run() { # device model precision steps warmup output [extra options]; RANKS=n runs n ranks
+    local dev=$1 model=$2 prec=$3 steps=$4 warm=$5 json=$6 launch=()
+    shift 6
+    [ "${RANKS:-1}" -gt 1 ] && launch=(mpirun -np "$RANKS" --oversubscribe)
+    "${launch[@]}" build/tfbench --device "$dev" --model "$model" --precision "$prec" --steps "$steps" \
+        --warmup "$warm" --progress off --output "$json" "$@" >"${json%.json}.log" 2>&1
+}
+
+# layouts: one GPU, and with two or more GPUs tensor and pipeline parallel on two ranks (bert-tiny)
+layouts=("1 data")
+[ "${gpus:-0}" -ge 2 ] && layouts+=("2 tensor" "2 pipeline")
+steps_rows=()
+status=0
+for layout in "${layouts[@]}"; do
+  ranks=${layout% *} par=${layout#* }
+  for model in bert-tiny resnet-tiny; do
+    [ "$par" != data ] && [ $model = resnet-tiny ] && continue
+    for prec in fp32 tf32 fp16 bf16; do
+        base="$out/steps-$model-$prec-$par$ranks"
+        RANKS=$ranks run "$dev" "$model" "$prec" 10 0 "$base-cuda.json" --peak-tflops 1 --parallel "$par"; rc_gpu=$?
+        RANKS=$ranks run cpu "$model" "$prec" 10 0 "$base-cpu.json" --peak-tflops 1 --parallel "$par"; rc_cpu=$?
+        row=$(python3 - "$base-cpu.json" "$base-cuda.json" "$prec" "$rc_cpu" "$rc_gpu" <<'EOF'
+import json, math, sys
+cpu, gpu, prec, rc_cpu, rc_gpu = sys.argv[1:]
+tol = {"fp32": 1e-5, "tf32": 5e-3, "fp16": 2e-2, "bf16": 2e-2}[prec]
+if rc_cpu != "0" or rc_gpu != "0":
+    print(f"exit cpu {rc_cpu} gpu {rc_gpu} | - | {tol:.0e} | FAIL")
+    sys.exit()
+def losses(path):
+    return json.load(open(path))["configurations"][0]["per_step"]["loss_all_steps_including_warmup"]
+a, b = losses(cpu), losses(gpu)
+err = max(abs(x - y) / max(abs(x), 1e-30) if not (math.isnan(x) or math.isnan(y)) else math.inf for x, y in zip(a, b))
+ok = len(a) == len(b) == 10 and err <= tol
+print(f"{a[-1]:.6f} vs {b[-1]:.6f} | {err:.3g} | {tol:.0e} | {'PASS' if ok else 'FAIL'}")
+EOF
+)
+        steps_rows+=("| $model $par x$ranks | $prec | $row |")
+        case $row in *FAIL*) status=1 ;; esac
+    done
+  done
+done
+echo "gpu-check: training steps done in $(( $(date +%s) - start )) s"
+
+bench_rows=()
+for model in ${GPU_CHECK_BENCH:-bert-large resnet50}; do
+    shape=$(case $model in bert-large) echo "--batch 32 --seq-len 128" ;; resnet50) echo "--batch 128" ;; esac)
+    for prec in fp32 tf32 fp16; do
+        json="$out/bench-$model-$prec.json"
+        # shellcheck disable=SC2086
+        if run "$dev" "$model" "$prec" 20 5 "$json" --parallel data $shape; then
+            bench_rows+=("| $model | $prec | $(python3 -c "
+import json, sys
+c = json.load(open(sys.argv[1]))['configurations'][0]
+s = c['summary']
+g = c['config']
+print(f\"{g['global_batch']} | {s['throughput_samples_per_s']:.1f} | {100 * s['mfu']:.1f}% | \"
+      f\"{g['memory_peak_bytes_per_rank'] / 2**30:.2f} / {g['memory_planned_bytes_per_rank'] / 2**30:.2f} | {s['peak_source']}\")" "$json") |")
+        else
+            bench_rows+=("| $model | $prec | - | failed: $(tail -1 "${json%.json}.log") | | | |")
+            status=1
+        fi
+    done
+done
+
+echo
+echo "gpu-check: $(grep -o '[0-9]* of [0-9]* checks passed' "$out/ops.txt")"
+grep FAIL "$out/ops.txt"
+echo "| model, layout | prec | last loss cpu vs gpu | max rel diff | tol | |"
+printf '%s\n' "${steps_rows[@]}"
+echo "| model | prec | batch | samples/s | MFU | GiB peak / planned | peak TFLOP/s from |"
+printf '%s\n' "${bench_rows[@]}"
+echo "gpu-check: $(( $(date +%s) - start )) s in all"
+[ "$ops" = 0 ] || status=1
+exit $status

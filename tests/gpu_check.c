@@ -1,0 +1,467 @@
+/* gpu_check.c — every op of a device backend (default: cuda) against the CPU backend, the numerical oracle.
+ *
+ * Each check draws fresh random inputs (never zeros), uploads the same bits to both backends, poisons the outputs
+ * with NaN first (an element the device never writes fails), runs the op on both and compares: the error is the
+ * largest |device - cpu| over the largest |cpu| of the output (normwise relative), and any NaN fails. Tolerances by
+ * precision: FP32 1e-5, TF32 5e-3, FP16/BF16 2e-2. Prints one table row per check and exits 0 when all pass, 1 when
+ * any fails, 2 when the device backend cannot be opened (the reason is printed).
+ *
+ * `--device cpu` checks the CPU backend against itself, which exercises this harness without a GPU; the test hook
+ * TFB_TEST_GPU_CHECK_BREAK=NAME perturbs one element of that check's device output, so the suite can show a broken
+ * op is caught. Whole training steps and the benchmark are in scripts/gpu-check.sh.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "../kernels/backend.h"
+#include "../kernels/half.h"
+
+#define TOL_FP32 1e-5
+#define TOL_TF32 5e-3
+#define TOL_16 2e-2
+
+typedef struct {
+    void *p[2];        /* [0] on the CPU backend, [1] on the device backend */
+    size_t n, esize;
+} pair;
+
+typedef struct {
+    tfb_backend *be[2];
+    uint64_t rng;
+    int failed, checks;
+    const char *brk;   /* the check whose device output the test hook perturbs */
+} gc_ctx;
+
+static gc_ctx G;
+
+static float urand(void) {
+    G.rng ^= G.rng << 13; G.rng ^= G.rng >> 7; G.rng ^= G.rng << 17;
+    return (float)((G.rng >> 11) * (1.0 / 9007199254740992.0));
+}
+
+/* uniform in [lo, hi), never exactly zero */
+static float rnd(float lo, float hi) {
+    float v = lo + (hi - lo) * urand();
+    return v == 0.0f ? 0.5f * hi : v;
+}
+
+static pair upload(const void *host, size_t n, size_t esize) {
+    pair t = {{NULL, NULL}, n, esize};
+    for (int b = 0; b < 2; b++) {
+        t.p[b] = G.be[b]->alloc(G.be[b]->ctx, n * esize);
+        if (!t.p[b] || G.be[b]->copy_h2d(G.be[b]->ctx, t.p[b], host, n * esize) != TFB_OK) {
+            fprintf(stderr, "gpu_check: could not allocate or upload %zu bytes\n", n * esize);
+            exit(1);
+        }
+    }
+    return t;
+}
+
+static pair rand_f32(size_t n, float lo, float hi) {
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = rnd(lo, hi);
+    pair t = upload(h, n, 4);
+    free(h);
+    return t;
+}
+
+/* n values of type t (FP32, FP16 or BF16) in [-1, 1) */
+static pair rand_typed(size_t n, tfb_dtype t) {
+    if (t == TFB_F32) return rand_f32(n, -1, 1);
+    uint16_t *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = t == TFB_F16 ? tfb_f32_to_f16(rnd(-1, 1)) : tfb_f32_to_bf16(rnd(-1, 1));
+    pair p = upload(h, n, 2);
+    free(h);
+    return p;
+}
+
+static pair rand_int(size_t n, int lo, int hi) {
+    int *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = lo + (int)(urand() * (hi - lo));
+    pair t = upload(h, n, 4);
+    free(h);
+    return t;
+}
+
+/* an output: NaN everywhere, so an element the op does not write fails */
+static pair poisoned(size_t n) {
+    float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    pair t = upload(h, n, 4);
+    free(h);
+    return t;
+}
+
+static void release(pair *t) {
+    for (int b = 0; b < 2; b++) G.be[b]->free(G.be[b]->ctx, t->p[b]);
+}
+
+static float *download(int b, const pair *t) {
+    float *h = malloc(t->n * sizeof *h);
+    if (G.be[b]->sync(G.be[b]->ctx) != TFB_OK || G.be[b]->copy_d2h(G.be[b]->ctx, h, t->p[b], t->n * 4) != TFB_OK) {
+        fprintf(stderr, "gpu_check: the device failed (see above)\n");
+        exit(1);
+    }
+    return h;
+}
+
+/* max |dev - ref| / max |ref| over n FP32 values; infinity when either side holds a NaN */
+static double rel_error(const float *ref, const float *dev, size_t n) {
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(ref[i]) || isnan(dev[i])) return INFINITY;
+        worst = fmax(worst, fabs((double)dev[i] - ref[i]));
+        scale = fmax(scale, fabs((double)ref[i]));
+    }
+    return scale > 0 ? worst / scale : worst;
+}
+
+/* Compares outputs (FP32) of check `name`, prints its row. */
+static void verdict(const char *name, const char *prec, double tol, const pair *outs, int n_outs) {
+    double err = 0;
+    for (int o = 0; o < n_outs; o++) {
+        float *ref = download(0, &outs[o]), *dev = download(1, &outs[o]);
+        if (G.brk && strcmp(G.brk, name) == 0 && o == 0) dev[outs[o].n / 2] += 1.0f + fabsf(dev[outs[o].n / 2]);
+        err = fmax(err, rel_error(ref, dev, outs[o].n));
+        free(ref);
+        free(dev);
+    }
+    int ok = err <= tol;
+    G.checks++;
+    G.failed += !ok;
+    printf("| %-26s | %-4s | %10.3g | %7.0e | %-4s |\n", name, prec, err, tol, ok ? "PASS" : "FAIL");
+}
+
+#define F(t) ((float *)(t).p[b])
+#define I(t) ((int *)(t).p[b])
+#define V(t) ((t).p[b])
+/* Runs `call` on the CPU backend (b = 0) and the device backend (b = 1). */
+#define BOTH(call)                                                            \
+    for (int b = 0; b < 2; b++) {                                             \
+        tfb_backend *be = G.be[b];                                            \
+        if ((call) != TFB_OK) { fprintf(stderr, "gpu_check: %s failed on %s\n", #call, be->name); exit(1); } \
+    }
+
+static const char *prec_name(tfb_dtype t, int tf32) {
+    return t == TFB_F16 ? "fp16" : t == TFB_BF16 ? "bf16" : tf32 ? "tf32" : "fp32";
+}
+
+static double prec_tol(tfb_dtype t, int tf32) { return t != TFB_F32 ? TOL_16 : tf32 ? TOL_TF32 : TOL_FP32; }
+
+/* ---- dense algebra ---- */
+
+static void check_gemm(int ta, int tb, int batch, tfb_dtype t, int tf32) {
+    int m = 67, n = 45, k = 131;
+    int lda = ta ? m : k, ldb = tb ? k : n;
+    long long sa = (long long)m * k, sb = (long long)k * n, sc = (long long)m * n;
+    pair a = rand_typed((size_t)sa * batch, t), bb = rand_typed((size_t)sb * batch, t), c = rand_f32((size_t)sc * batch, -1, 1);
+    char name[40];
+    BOTH(be->gemm(be->ctx, &(tfb_gemm_desc){ta, tb, m, n, k, 0.5f, 0.25f, V(a), lda, sa, V(bb), ldb, sb, F(c), n, sc,
+                                            batch, t, tf32}));
+    snprintf(name, sizeof name, "gemm %s%s x%d", ta ? "T" : "N", tb ? "T" : "N", batch);
+    verdict(name, prec_name(t, tf32), prec_tol(t, tf32), &c, 1);
+    release(&a); release(&bb); release(&c);
+}
+
+static void check_conv(int r, int stride, int pad, tfb_dtype t, int tf32) {
+    tfb_conv_desc d = {.n = 3, .c = 8, .h = 13, .w = 13, .k = 12, .r = r, .s = r, .stride = stride, .pad = pad,
+                       .layout = TFB_NCHW, .in_type = t, .tf32 = tf32};
+    d.p = (d.h + 2 * pad - r) / stride + 1;
+    d.q = d.p;
+    size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.k * d.c * r * r, ny = (size_t)d.n * d.k * d.p * d.q;
+    pair x = rand_typed(nx, t), w = rand_typed(nw, t), dy = rand_typed(ny, t);
+    pair y = poisoned(ny), dx = poisoned(nx), dw = rand_f32(nw, -1, 1);
+    char name[40];
+    BOTH(be->conv_fwd(be->ctx, &d, F(y), V(x), V(w)));
+    snprintf(name, sizeof name, "conv_fwd %dx%d/%d", r, r, stride);
+    verdict(name, prec_name(t, tf32), prec_tol(t, tf32), &y, 1);
+    BOTH(be->conv_bwd_data(be->ctx, &d, F(dx), V(dy), V(w)));
+    snprintf(name, sizeof name, "conv_bwd_data %dx%d/%d", r, r, stride);
+    verdict(name, prec_name(t, tf32), prec_tol(t, tf32), &dx, 1);
+    BOTH(be->conv_bwd_filter(be->ctx, &d, F(dw), V(x), V(dy)));
+    snprintf(name, sizeof name, "conv_bwd_filter %dx%d/%d", r, r, stride);
+    verdict(name, prec_name(t, tf32), prec_tol(t, tf32), &dw, 1);
+    release(&x); release(&w); release(&dy); release(&y); release(&dx); release(&dw);
+}
+
+/* ---- transformer ops ---- */
+
+static void check_embedding(void) {
+    int n = 300, h = 72, rows = 50;
+    pair table = rand_f32((size_t)rows * h, -1, 1), ids = rand_int((size_t)n, 0, rows);
+    pair out = poisoned((size_t)n * h), acc = rand_f32((size_t)n * h, -1, 1), dt = rand_f32((size_t)rows * h, -1, 1);
+    pair dout = rand_f32((size_t)n * h, -1, 1);
+    BOTH(be->embedding_fwd(be->ctx, F(out), F(table), I(ids), n, h, 0));
+    verdict("embedding_fwd", "fp32", TOL_FP32, &out, 1);
+    BOTH(be->embedding_fwd(be->ctx, F(acc), F(table), I(ids), n, h, 1));
+    verdict("embedding_fwd accumulate", "fp32", TOL_FP32, &acc, 1);
+    BOTH(be->embedding_bwd(be->ctx, F(dt), F(dout), I(ids), n, h));
+    verdict("embedding_bwd", "fp32", TOL_FP32, &dt, 1);
+    BOTH(be->embedding_fwd_shard(be->ctx, F(out), F(table), I(ids), n, h, 20, 25, 0));
+    verdict("embedding_fwd_shard", "fp32", TOL_FP32, &out, 1);
+    BOTH(be->embedding_bwd_shard(be->ctx, F(dt), F(dout), I(ids), n, h, 20, 25));
+    verdict("embedding_bwd_shard", "fp32", TOL_FP32, &dt, 1);
+    release(&table); release(&ids); release(&out); release(&acc); release(&dt); release(&dout);
+}
+
+static void check_layernorm(void) {
+    int n = 130, h = 768;
+    size_t nh = (size_t)n * h;
+    pair x = rand_f32(nh, -2, 3), g = rand_f32((size_t)h, 0.5f, 1.5f), be_ = rand_f32((size_t)h, -1, 1);
+    pair y = poisoned(nh), mean = poisoned((size_t)n), rstd = poisoned((size_t)n), dy = rand_f32(nh, -1, 1);
+    pair dx = poisoned(nh), dg = rand_f32((size_t)h, -1, 1), db = rand_f32((size_t)h, -1, 1);
+    BOTH(be->layernorm_fwd(be->ctx, F(y), F(mean), F(rstd), F(x), F(g), F(be_), n, h, 1e-5f));
+    pair fwd[3] = {y, mean, rstd};
+    verdict("layernorm_fwd", "fp32", TOL_FP32, fwd, 3);
+    BOTH(be->layernorm_bwd(be->ctx, F(dx), F(dg), F(db), F(dy), F(x), F(mean), F(rstd), F(g), n, h));
+    pair bwd[3] = {dx, dg, db};
+    verdict("layernorm_bwd", "fp32", TOL_FP32, bwd, 3);
+    release(&x); release(&g); release(&be_); release(&y); release(&mean); release(&rstd); release(&dy);
+    release(&dx); release(&dg); release(&db);
+}
+
+static void check_softmax(void) {
+    int rows = 96, cols = 128;
+    size_t n = (size_t)rows * cols;
+    pair x = rand_f32(n, -4, 4), y = poisoned(n), klen = rand_int(8, 1, cols + 1), dy = rand_f32(n, -1, 1);
+    pair dx = poisoned(n);
+    BOTH(be->softmax_fwd(be->ctx, F(y), F(x), rows, cols, 0.125f, I(klen), rows / 8));
+    verdict("softmax_fwd masked", "fp32", TOL_FP32, &y, 1);
+    BOTH(be->softmax_bwd(be->ctx, F(dx), F(dy), F(y), rows, cols, 0.125f));
+    verdict("softmax_bwd", "fp32", TOL_FP32, &dx, 1);
+    BOTH(be->softmax_fwd(be->ctx, F(y), F(x), rows, cols, 1.0f, NULL, 1));
+    verdict("softmax_fwd", "fp32", TOL_FP32, &y, 1);
+    release(&x); release(&y); release(&klen); release(&dy); release(&dx);
+}
+
+static void check_elementwise(void) {
+    size_t n = 100003;
+    static const char *const act_names[3] = {"gelu", "tanh", "relu"};
+    pair x = rand_f32(n, -4, 4), y = poisoned(n), dy = rand_f32(n, -1, 1), dx = poisoned(n);
+    char name[40];
+    for (int a = 0; a < 3; a++) {
+        BOTH(be->act_fwd(be->ctx, (tfb_act)a, F(y), F(x), n));
+        snprintf(name, sizeof name, "act_fwd %s", act_names[a]);
+        verdict(name, "fp32", TOL_FP32, &y, 1);
+        BOTH(be->act_bwd(be->ctx, (tfb_act)a, F(dx), F(dy), F(x), n));
+        snprintf(name, sizeof name, "act_bwd %s", act_names[a]);
+        verdict(name, "fp32", TOL_FP32, &dx, 1);
+    }
+    BOTH(be->residual_add(be->ctx, F(y), F(x), F(dy), n));
+    verdict("residual_add", "fp32", TOL_FP32, &y, 1);
+    BOTH(be->fill(be->ctx, F(y), 0.375f, n));
+    verdict("fill", "fp32", TOL_FP32, &y, 1);
+    BOTH(be->copy_d2d(be->ctx, F(dx), F(x), n * 4));
+    verdict("copy_d2d", "fp32", TOL_FP32, &dx, 1);
+    release(&x); release(&y); release(&dy); release(&dx);
+}
+
+static void check_bias(void) {
+    int n = 517, h = 200;
+    pair x = rand_f32((size_t)n * h, -1, 1), bias = rand_f32((size_t)h, -1, 1), db = rand_f32((size_t)h, -1, 1);
+    BOTH(be->bias_add(be->ctx, F(x), F(bias), n, h));
+    verdict("bias_add", "fp32", TOL_FP32, &x, 1);
+    BOTH(be->bias_grad(be->ctx, F(db), F(x), n, h));
+    verdict("bias_grad", "fp32", TOL_FP32, &db, 1);
+    release(&x); release(&bias); release(&db);
+}
+
+static void check_dropout(void) {
+    size_t n = 50001;
+    pair x = rand_f32(n, -1, 1), y = poisoned(n), dx = poisoned(n);
+    tfb_dropout_key key = {.seed = 1234, .site = 17, .step = 3, .offset = 4097};
+    BOTH(be->dropout_fwd(be->ctx, F(y), F(x), n, 0.1f, key));
+    verdict("dropout_fwd (same mask)", "fp32", TOL_FP32, &y, 1);
+    BOTH(be->dropout_bwd(be->ctx, F(dx), F(x), n, 0.1f, key));
+    verdict("dropout_bwd", "fp32", TOL_FP32, &dx, 1);
+    release(&x); release(&y); release(&dx);
+}
+
+static void check_xent(void) {
+    int n = 64, v = 3001;
+    int *lab = malloc((size_t)n * sizeof *lab);
+    for (int i = 0; i < n; i++) lab[i] = i % 7 == 3 ? -1 : (int)(urand() * v);
+    pair labels = upload(lab, (size_t)n, 4), logits = rand_f32((size_t)n * v, -5, 5), loss = poisoned(1);
+    pair dl = poisoned((size_t)n * v);
+    free(lab);
+    BOTH(be->xent_fwd(be->ctx, F(loss), F(logits), I(labels), n, v));
+    verdict("xent_fwd", "fp32", TOL_FP32, &loss, 1);
+    BOTH(be->xent_bwd(be->ctx, F(dl), F(logits), I(labels), n, v, 0.01f));
+    verdict("xent_bwd", "fp32", TOL_FP32, &dl, 1);
+    release(&labels); release(&logits); release(&loss); release(&dl);
+}
+
+static void check_xent_shard(void) {
+    int n = 48, v = 520, valid = 500, col0 = 1000;
+    pair labels = rand_int((size_t)n, 900, 1600), logits = rand_f32((size_t)n * v, -5, 5);
+    pair mx = poisoned((size_t)n), sums = poisoned((size_t)2 * n), dl = poisoned((size_t)n * v);
+    BOTH(be->xent_shard_max(be->ctx, F(mx), F(logits), n, v, valid));
+    verdict("xent_shard_max", "fp32", TOL_FP32, &mx, 1);
+    BOTH(be->xent_shard_sum(be->ctx, F(sums), F(logits), I(labels), F(mx), n, v, valid, col0));
+    verdict("xent_shard_sum", "fp32", TOL_FP32, &sums, 1);
+    BOTH(be->xent_shard_bwd(be->ctx, F(dl), F(logits), I(labels), F(mx), F(sums), n, v, valid, col0, 0.5f));
+    verdict("xent_shard_bwd", "fp32", TOL_FP32, &dl, 1);
+    release(&labels); release(&logits); release(&mx); release(&sums); release(&dl);
+}
+
+static void check_copy_2d(void) {
+    pair src = rand_f32((size_t)40 * 96, -1, 1), dst = poisoned((size_t)40 * 64);
+    BOTH(be->copy_2d(be->ctx, F(dst), 64, F(src) + 16, 96, 40, 64));
+    verdict("copy_2d", "fp32", TOL_FP32, &dst, 1);
+    release(&src); release(&dst);
+}
+
+/* ---- optimizers, casts, the finite check ---- */
+
+static void check_optimizers(void) {
+    size_t n = 70001;
+    pair w = rand_f32(n, -1, 1), g = rand_f32(n, -1, 1), m = rand_f32(n, -0.1f, 0.1f), v = rand_f32(n, 1e-4f, 1e-2f);
+    tfb_adamw_hparams ah = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                            .step = 7, .grad_scale = 0.5f};
+    BOTH(be->adamw(be->ctx, F(w), F(g), F(m), F(v), n, &ah));
+    pair outs[3] = {w, m, v};
+    verdict("adamw", "fp32", TOL_FP32, outs, 3);
+    tfb_sgd_hparams sh = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 1e-4f, .grad_scale = 0.25f};
+    BOTH(be->sgd(be->ctx, F(w), F(g), F(m), n, &sh));
+    pair souts[2] = {w, m};
+    verdict("sgd", "fp32", TOL_FP32, souts, 2);
+    release(&w); release(&g); release(&m); release(&v);
+}
+
+static void check_cast(tfb_dtype t) {
+    size_t n = 65537;
+    pair x = rand_f32(n, -70000, 70000), half = rand_typed(n, t), back = poisoned(n);
+    BOTH(be->cast(be->ctx, V(half), t, F(x), TFB_F32, n));
+    BOTH(be->cast(be->ctx, F(back), TFB_F32, V(half), t, n));
+    /* the round trip must be bit-exact with the CPU's rounding (FP16 overflow to inf included) */
+    float *ref = download(0, &back), *dev = download(1, &back);
+    int same = 1;
+    for (size_t i = 0; i < n; i++) same &= tfb_f32_bits(ref[i]) == tfb_f32_bits(dev[i]);
+    G.checks++;
+    G.failed += !same;
+    printf("| %-26s | %-4s | %10s | %7s | %-4s |\n", t == TFB_F16 ? "cast fp32>fp16>fp32" : "cast fp32>bf16>fp32",
+           prec_name(t, 0), same ? "bit-exact" : "differs", "exact", same ? "PASS" : "FAIL");
+    free(ref); free(dev);
+    release(&x); release(&half); release(&back);
+}
+
+static void check_finite(void) {
+    size_t n = 12345;
+    pair x = rand_f32(n, -1, 1);
+    int fin[2][2];
+    BOTH(be->check_finite(be->ctx, F(x), n, &fin[b][0]));
+    float inf = INFINITY;
+    for (int b = 0; b < 2; b++) G.be[b]->copy_h2d(G.be[b]->ctx, F(x) + n - 1, &inf, 4);
+    BOTH(be->check_finite(be->ctx, F(x), n, &fin[b][1]));
+    int ok = fin[0][0] == 1 && fin[1][0] == 1 && fin[0][1] == 0 && fin[1][1] == 0;
+    G.checks++;
+    G.failed += !ok;
+    printf("| %-26s | %-4s | %10s | %7s | %-4s |\n", "check_finite", "fp32", ok ? "agrees" : "differs", "exact",
+           ok ? "PASS" : "FAIL");
+    release(&x);
+}
+
+/* ---- convolutional-network ops ---- */
+
+static void check_batchnorm(void) {
+    int n = 6, c = 16, hw = 49;
+    size_t nx = (size_t)n * c * hw;
+    pair x = rand_f32(nx, -2, 3), g = rand_f32((size_t)c, 0.5f, 1.5f), bt = rand_f32((size_t)c, -1, 1);
+    pair mean = poisoned((size_t)c), var = poisoned((size_t)c), y = poisoned(nx), dy = rand_f32(nx, -1, 1);
+    pair sdy = poisoned((size_t)c), sdx = poisoned((size_t)c), dg = rand_f32((size_t)c, -1, 1);
+    pair db = rand_f32((size_t)c, -1, 1), dx = poisoned(nx), rm = rand_f32((size_t)c, -1, 1), rv = rand_f32((size_t)c, 0.5f, 2);
+    BOTH(be->bn_moments(be->ctx, F(mean), F(var), F(x), n, c, hw));
+    pair mom[2] = {mean, var};
+    verdict("bn_moments", "fp32", TOL_FP32, mom, 2);
+    BOTH(be->bn_apply(be->ctx, F(y), F(x), F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f));
+    verdict("bn_apply", "fp32", TOL_FP32, &y, 1);
+    BOTH(be->bn_bwd_reduce(be->ctx, F(sdy), F(sdx), F(dg), F(db), F(dy), F(x), F(mean), F(var), n, c, hw, 1e-5f));
+    pair red[4] = {sdy, sdx, dg, db};
+    verdict("bn_bwd_reduce", "fp32", TOL_FP32, red, 4);
+    BOTH(be->bn_bwd_apply(be->ctx, F(dx), F(dy), F(x), F(mean), F(var), F(g), F(sdy), F(sdx), (double)n * hw, n, c,
+                          hw, 1e-5f));
+    verdict("bn_bwd_apply", "fp32", TOL_FP32, &dx, 1);
+    BOTH(be->bn_running_update(be->ctx, F(rm), F(rv), F(mean), F(var), c, 0.1f, (double)n * hw));
+    pair run[2] = {rm, rv};
+    verdict("bn_running_update", "fp32", TOL_FP32, run, 2);
+    pair all[] = {x, g, bt, mean, var, y, dy, sdy, sdx, dg, db, dx, rm, rv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
+}
+
+static void check_pooling(void) {
+    int n = 4, c = 8, h = 15, w = 15, r = 3, stride = 2, pad = 1, p = (h + 2 * pad - r) / stride + 1;
+    size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * p * p;
+    pair x = rand_f32(nx, -1, 1), y = poisoned(ny), arg = poisoned(ny), dy = rand_f32(ny, -1, 1), dx = poisoned(nx);
+    BOTH(be->maxpool_fwd(be->ctx, F(y), I(arg), F(x), n, c, h, w, r, stride, pad, p, p));
+    verdict("maxpool_fwd", "fp32", TOL_FP32, &y, 1);
+    BOTH(be->maxpool_bwd(be->ctx, F(dx), F(dy), I(arg), n, c, h * w, p * p));
+    verdict("maxpool_bwd", "fp32", TOL_FP32, &dx, 1);
+    pair ay = poisoned((size_t)n * c), adx = poisoned(nx);
+    BOTH(be->avgpool_fwd(be->ctx, F(ay), F(x), n, c, h * w));
+    verdict("avgpool_fwd", "fp32", TOL_FP32, &ay, 1);
+    BOTH(be->avgpool_bwd(be->ctx, F(adx), F(ay), n, c, h * w));
+    verdict("avgpool_bwd", "fp32", TOL_FP32, &adx, 1);
+    release(&x); release(&y); release(&arg); release(&dy); release(&dx); release(&ay); release(&adx);
+}
+
+static void gc_run_all(void) {
+    static const tfb_dtype types[4] = {TFB_F32, TFB_F32, TFB_F16, TFB_BF16};
+    for (int i = 0; i < 4; i++) {
+        int tf32 = i == 1;
+        check_gemm(0, 0, 1, types[i], tf32);
+        check_gemm(1, 0, 1, types[i], tf32);
+        check_gemm(0, 1, 3, types[i], tf32);
+        check_gemm(1, 1, 2, types[i], tf32);
+        check_conv(3, 1, 1, types[i], tf32);
+        check_conv(1, 2, 0, types[i], tf32);
+        check_conv(7, 2, 3, types[i], tf32);
+    }
+    check_embedding();
+    check_layernorm();
+    check_softmax();
+    check_elementwise();
+    check_bias();
+    check_dropout();
+    check_xent();
+    check_xent_shard();
+    check_copy_2d();
+    check_optimizers();
+    check_cast(TFB_F16);
+    check_cast(TFB_BF16);
+    check_finite();
+    check_batchnorm();
+    check_pooling();
+}
+
+static void usage_exit(void) {
+    fprintf(stderr, "usage: gpu_check [--device cuda|cpu] [--seed N]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    const char *device = "cuda";
+    char why[320];
+    G.rng = 0x9E3779B97F4A7C15ull;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
+        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) G.rng ^= strtoull(argv[++i], NULL, 10) * 0x100000001B3ull;
+        else usage_exit();
+    }
+    G.brk = getenv("TFB_TEST_GPU_CHECK_BREAK");
+    if (tfb_backend_open_cpu(4, &G.be[0]) != TFB_OK) return 1;
+    if (tfb_backend_open(&(tfb_backend_spec){.name = device, .threads = 4, .local_size = 1}, &G.be[1], why,
+                         sizeof why) != TFB_OK) {
+        fprintf(stderr, "gpu_check: --device %s: %s\n", device, why);
+        return 2;
+    }
+    printf("gpu_check: %s%s%s against the CPU backend (error: max |device - cpu| / max |cpu|)\n", G.be[1]->name,
+           G.be[1]->device_name ? " on " : "", G.be[1]->device_name ? G.be[1]->device_name : "");
+    printf("| %-26s | %-4s | %10s | %7s | %-4s |\n", "check", "prec", "error", "tol", "");
+    printf("|----------------------------|------|------------|---------|------|\n");
+    gc_run_all();
+    printf("gpu_check: %d of %d checks passed\n", G.checks - G.failed, G.checks);
+    G.be[1]->destroy(G.be[1]);
+    G.be[0]->destroy(G.be[0]);
+    return G.failed ? 1 : 0;
+}
