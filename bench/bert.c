@@ -444,8 +444,8 @@ static tfb_status heads_fwd(bert_model *m, bert_slot *a, const bert_batch *d, co
     double mlm;
     float nsp;
     TFB_CHECK(be->embedding_fwd(be->ctx, a->mlm_in, y, d->mlm_rows, M, H, 0));
-    TFB_CHECK(bert_linear_fwd(c, a->mlm_pre, a->mlm_in, m->w.mlm_w, m->w.mlm_b, M, H, H));
-    TFB_CHECK(be->act_fwd(be->ctx, TFB_ACT_GELU, a->mlm_act, a->mlm_pre, (size_t)M * H));
+    TFB_CHECK(bert_linear_fwd(c, a->mlm_pre, a->mlm_in, m->w.mlm_w, NULL, M, H, H));
+    TFB_CHECK(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, a->mlm_act, a->mlm_pre, m->w.mlm_b, M, H));
     TFB_CHECK(be->layernorm_fwd(be->ctx, a->mlm_ln, a->mlm_mean, a->mlm_rstd, a->mlm_act, m->w.mlm_ln_g,
                                 m->w.mlm_ln_b, M, H, 1e-12f));
     TFB_CHECK(bert_linear_fwd(c, a->logits, a->mlm_ln, m->w.word_emb, m->w.mlm_dec_b, M, H, m->st.Vl));
@@ -516,8 +516,8 @@ static tfb_status heads_bwd(bert_model *m, bert_slot *a, const bert_batch *d, fl
     TFB_CHECK(decoder_bwd(m, a, d, loss_scale / M));
     TFB_CHECK(be->layernorm_bwd(be->ctx, m->dm2, m->g.mlm_ln_g, m->g.mlm_ln_b, m->dm1, a->mlm_act, a->mlm_mean,
                                 a->mlm_rstd, m->w.mlm_ln_g, M, H));
-    TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_GELU, m->dm2, m->dm2, a->mlm_pre, (size_t)M * H));
-    TFB_CHECK(bert_linear_bwd(c, m->dm1, m->g.mlm_w, m->g.mlm_b, m->dm2, a->mlm_in, m->w.mlm_w, M, H, H));
+    TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, m->dm2, m->g.mlm_b, m->dm2, a->mlm_pre, M, H));
+    TFB_CHECK(bert_linear_bwd(c, m->dm1, m->g.mlm_w, NULL, m->dm2, a->mlm_in, m->w.mlm_w, M, H, H));
     TFB_CHECK(be->fill(be->ctx, m->dy, 0.0f, (size_t)m->N * H));
     TFB_CHECK(be->embedding_bwd(be->ctx, m->dy, m->dm1, d->mlm_rows, M, H));
     TFB_CHECK(be->xent_bwd(be->ctx, a->nsp_logits, a->nsp_logits, d->nsp_labels, B, 2, loss_scale / B));

@@ -168,8 +168,8 @@ tfb_status bert_layer_fwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
     TFB_CHECK(bert_row_parallel_fwd(c, proj, a->ctx, w->ao_w, w->ao_b, N, W, H));
     TFB_CHECK(residual_ln_fwd(c, site_of(layer, SITE_ATTN_OUT), proj, x, a->h1, a->ln1_mean, a->ln1_rstd, a->x1,
                               w->ln1_g, w->ln1_b));
-    TFB_CHECK(bert_linear_fwd(c, a->u, a->x1, w->ff1_w, w->ff1_b, N, H, F));
-    TFB_CHECK(c->be->act_fwd(c->be->ctx, TFB_ACT_GELU, a->g, a->u, (size_t)N * F));
+    TFB_CHECK(bert_linear_fwd(c, a->u, a->x1, w->ff1_w, NULL, N, H, F));
+    TFB_CHECK(c->be->bias_act_fwd(c->be->ctx, TFB_ACT_GELU, a->g, a->u, w->ff1_b, N, F));
     TFB_CHECK(bert_row_parallel_fwd(c, proj, a->g, w->ff2_w, w->ff2_b, N, F, H));
     TFB_CHECK(residual_ln_fwd(c, site_of(layer, SITE_FFN_OUT), proj, a->x1, a->h2, a->ln2_mean, a->ln2_rstd, proj,
                               w->ln2_g, w->ln2_b));
@@ -217,8 +217,8 @@ tfb_status bert_layer_bwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
     TFB_CHECK(be->dropout_bwd(be->ctx, s->t2, s->t1, nh, c->dropout,
                               bert_dropout_key(c, site_of(layer, SITE_FFN_OUT), elem0)));
     TFB_CHECK(bert_linear_bwd(c, s->dff, dw->ff2_w, dw->ff2_b, s->t2, a->g, w->ff2_w, N, F, H));
-    TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_GELU, s->dff, s->dff, a->u, (size_t)N * F));
-    TFB_CHECK(bert_col_parallel_bwd(c, s->t2, dw->ff1_w, dw->ff1_b, s->dff, a->x1, w->ff1_w, N, H, F));
+    TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, s->dff, dw->ff1_b, s->dff, a->u, N, F));
+    TFB_CHECK(bert_col_parallel_bwd(c, s->t2, dw->ff1_w, NULL, s->dff, a->x1, w->ff1_w, N, H, F));
     TFB_CHECK(be->residual_add(be->ctx, s->t1, s->t1, s->t2, nh)); /* t1 <- dx1 */
     TFB_CHECK(be->layernorm_bwd(be->ctx, s->t2, dw->ln1_g, dw->ln1_b, s->t1, a->h1, a->ln1_mean, a->ln1_rstd,
                                 w->ln1_g, N, H)); /* t2 <- dh1 */

@@ -126,6 +126,11 @@ struct tfb_backend {
     /* din (n) = dout * act'(in); din may alias dout */
     tfb_status (*act_bwd)(void *ctx, tfb_act act, float *din, const float *dout, const float *in, size_t n);
 
+    /* pre (n, h) += bias (h), then out (n, h) = act(pre): one pass (pre is kept for the backward) */
+    tfb_status (*bias_act_fwd)(void *ctx, tfb_act act, float *out, float *pre, const float *bias, int n, int h);
+    /* din (n, h) = dout * act'(pre) and dbias (h) += column sums of din, in one pass; din may alias dout */
+    tfb_status (*act_bias_bwd)(void *ctx, tfb_act act, float *din, float *dbias, const float *dout, const float *pre,
+                               int n, int h);
     /* x (n, h) += bias (h) broadcast over rows */
     tfb_status (*bias_add)(void *ctx, float *x, const float *bias, int n, int h);
     /* dbias (h) += column sums of dout (n, h) */

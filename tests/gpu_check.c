@@ -264,7 +264,14 @@ static void check_bias(void) {
     verdict("bias_add", "fp32", TOL_FP32, &x, 1);
     BOTH(be->bias_grad(be->ctx, F(db), F(x), n, h));
     verdict("bias_grad", "fp32", TOL_FP32, &db, 1);
-    release(&x); release(&bias); release(&db);
+    pair pre = rand_f32((size_t)n * h, -3, 3), y = poisoned((size_t)n * h), dy = rand_f32((size_t)n * h, -1, 1);
+    BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, F(y), F(pre), F(bias), n, h));
+    pair fwd[2] = {y, pre};
+    verdict("bias_act_fwd gelu", "fp32", TOL_FP32, fwd, 2);
+    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, F(dy), F(db), F(dy), F(pre), n, h));
+    pair bwd[2] = {dy, db};
+    verdict("act_bias_bwd gelu", "fp32", TOL_FP32, bwd, 2);
+    release(&x); release(&bias); release(&db); release(&pre); release(&y); release(&dy);
 }
 
 static void check_dropout(void) {

@@ -169,6 +169,32 @@ static void test_dropout(void) {
     EXPECT("dropout_mask_changes_with_step", memcmp(y, y2, n * 4) != 0, "same mask");
 }
 
+/* ---- fused bias + activation: the same numbers as the separate ops ---- */
+static void test_fused_bias_act(void) {
+    int n = 37, h = 150; /* h spans several column blocks, one partial */
+    size_t nh = (size_t)n * h;
+    float *x = rand_vec(nh), *bias = rand_vec(h), *dout = rand_vec(nh), *db0 = rand_vec(h);
+    float *pre1 = malloc(nh * 4), *pre2 = malloc(nh * 4), *y1 = malloc(nh * 4), *y2 = malloc(nh * 4);
+    float *d1 = malloc(nh * 4), *d2 = malloc(nh * 4), *db1 = malloc(h * 4), *db2 = malloc(h * 4);
+    int same_fwd = 1, same_bwd = 1;
+    for (int a = 0; a < 3; a++) {
+        memcpy(pre1, x, nh * 4); memcpy(pre2, x, nh * 4); memcpy(db1, db0, h * 4); memcpy(db2, db0, h * 4);
+        be->bias_add(be->ctx, pre1, bias, n, h);
+        be->act_fwd(be->ctx, (tfb_act)a, y1, pre1, nh);
+        be->bias_act_fwd(be->ctx, (tfb_act)a, y2, pre2, bias, n, h);
+        same_fwd &= memcmp(y1, y2, nh * 4) == 0 && memcmp(pre1, pre2, nh * 4) == 0;
+        be->act_bwd(be->ctx, (tfb_act)a, d1, dout, pre1, nh);
+        be->bias_grad(be->ctx, db1, d1, n, h);
+        memcpy(d2, dout, nh * 4);
+        be->act_bias_bwd(be->ctx, (tfb_act)a, d2, db2, d2, pre2, n, h); /* in place, as the workloads call it */
+        same_bwd &= memcmp(d1, d2, nh * 4) == 0 && memcmp(db1, db2, h * 4) == 0;
+    }
+    EXPECT("bias_act_fwd_equals_bias_add_then_act", same_fwd, "fused forward differs");
+    EXPECT("act_bias_bwd_equals_act_bwd_then_bias_grad", same_bwd, "fused backward differs");
+    free(x); free(bias); free(dout); free(db0); free(pre1); free(pre2); free(y1); free(y2);
+    free(d1); free(d2); free(db1); free(db2);
+}
+
 /* ---- GEMM ---- */
 static float elem(const float *p, int ld, int trans, int r, int c) { return trans ? p[c * ld + r] : p[r * ld + c]; }
 /* x rounded to 11 significant bits, ties to even (TF32), written independently of kernels/half.h */
@@ -286,6 +312,7 @@ int main(void) {
     test_bias();
     test_dropout();
     test_gemm();
+    test_fused_bias_act();
     test_adamw();
     test_casts();
     test_philox();

@@ -183,6 +183,37 @@ static tfb_status cpu_bias_grad(void *ctx, float *dbias, const float *dout, int 
     return TFB_OK;
 }
 
+static tfb_status cpu_bias_act_fwd(void *ctx, tfb_act act, float *out, float *pre, const float *bias, int n, int h) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < h; j++) {
+            size_t e = (size_t)i * h + j;
+            pre[e] += bias[j];
+            out[e] = act_value(act, pre[e]);
+        }
+    return TFB_OK;
+}
+
+/* Column blocks as in bias_grad: each thread writes its columns of din and sums them in row order. */
+static tfb_status cpu_act_bias_bwd(void *ctx, tfb_act act, float *din, float *dbias, const float *dout,
+                                   const float *pre, int n, int h) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < h; c0 += COL_BLOCK) {
+        int c1 = c0 + COL_BLOCK < h ? c0 + COL_BLOCK : h;
+        float acc[COL_BLOCK] = {0};
+        for (int i = 0; i < n; i++)
+            for (int j = c0; j < c1; j++) {
+                size_t e = (size_t)i * h + j;
+                din[e] = dout[e] * act_slope(act, pre[e]);
+                acc[j - c0] += din[e];
+            }
+        for (int j = c0; j < c1; j++) dbias[j] += acc[j - c0];
+    }
+    return TFB_OK;
+}
+
 static tfb_status cpu_residual_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
     (void)ctx;
 #pragma omp parallel for schedule(static)
@@ -321,6 +352,8 @@ void tfb_cpu_ops_install(tfb_backend *be) {
     be->bias_add = cpu_bias_add;
     be->bias_grad = cpu_bias_grad;
     be->residual_add = cpu_residual_add;
+    be->bias_act_fwd = cpu_bias_act_fwd;
+    be->act_bias_bwd = cpu_act_bias_bwd;
     be->dropout_fwd = cpu_dropout_fwd;
     be->dropout_bwd = cpu_dropout_bwd;
     be->xent_fwd = cpu_xent_fwd;

@@ -111,12 +111,21 @@ void tfb_cuda_plans_free(cuda_ctx *c) {
     c->n_plans = c->cap_plans = 0;
 }
 
+static int is_tensor_op(cudnnMathType_t m) {
+    return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
 /* The fastest successful algorithm of a search whose math type the plan allows (index into perf, or -1). */
 template <typename Perf> static int pick(const Perf *perf, int n, const tfb_conv_desc *d) {
     for (int i = 0; i < n; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && (plan_math(d) != CUDNN_FMA_MATH || perf[i].mathType == CUDNN_FMA_MATH))
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && (plan_math(d) != CUDNN_FMA_MATH || !is_tensor_op(perf[i].mathType)))
             return i;
     return -1;
+}
+
+/* The math type a chosen algorithm runs with: FMA always for strict FP32, else what the search measured. */
+static cudnnMathType_t run_math(const tfb_conv_desc *d, cudnnMathType_t searched) {
+    return plan_math(d) == CUDNN_FMA_MATH ? CUDNN_FMA_MATH : searched;
 }
 
 #define SEARCH 16
@@ -189,7 +198,7 @@ static tfb_status cuda_conv_fwd(void *ctx, const tfb_conv_desc *d, float *y, con
     if (!p->have_fwd) TFB_CHECK(plan_search_fwd(c, p));
     TFB_CHECK(tfb_cuda_grow(c, &c->workspace, &c->workspace_bytes, p->fwd.memory));
     TFB_CHECK(stage(c, d, y, y_elems(d), &out));
-    TFB_CHECK_CUDNN(cudnnSetConvolutionMathType(p->conv, p->fwd.mathType));
+    TFB_CHECK_CUDNN(cudnnSetConvolutionMathType(p->conv, run_math(d, p->fwd.mathType)));
     TFB_CHECK_CUDNN(cudnnConvolutionForward(c->dnn, &one, p->x, x, p->w, w, p->conv, p->fwd.algo, c->workspace,
                                             p->fwd.memory, &zero, p->y, out));
     return d->in_type == TFB_F32 ? TFB_OK : widen(c, y, out, d->in_type, y_elems(d), 0);
@@ -204,7 +213,7 @@ static tfb_status cuda_conv_bwd_data(void *ctx, const tfb_conv_desc *d, float *d
     if (!p->have_data) TFB_CHECK(plan_search_data(c, p));
     TFB_CHECK(tfb_cuda_grow(c, &c->workspace, &c->workspace_bytes, p->data.memory));
     TFB_CHECK(stage(c, d, dx, x_elems(d), &out));
-    TFB_CHECK_CUDNN(cudnnSetConvolutionMathType(p->conv, p->data.mathType));
+    TFB_CHECK_CUDNN(cudnnSetConvolutionMathType(p->conv, run_math(d, p->data.mathType)));
     TFB_CHECK_CUDNN(cudnnConvolutionBackwardData(c->dnn, &one, p->w, w, p->y, dy, p->conv, p->data.algo,
                                                  c->workspace, p->data.memory, &zero, p->x, out));
     return d->in_type == TFB_F32 ? TFB_OK : widen(c, dx, out, d->in_type, x_elems(d), 0);
@@ -219,7 +228,7 @@ static tfb_status cuda_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float 
     if (!p->have_filter) TFB_CHECK(plan_search_filter(c, p));
     TFB_CHECK(tfb_cuda_grow(c, &c->workspace, &c->workspace_bytes, p->filter.memory));
     TFB_CHECK(stage(c, d, dw, w_elems(d), &out));
-    TFB_CHECK_CUDNN(cudnnSetConvolutionMathType(p->conv, p->filter.mathType));
+    TFB_CHECK_CUDNN(cudnnSetConvolutionMathType(p->conv, run_math(d, p->filter.mathType)));
     /* FP32 accumulates into dw directly (beta 1); 16-bit is computed alone and added in FP32 */
     TFB_CHECK_CUDNN(cudnnConvolutionBackwardFilter(c->dnn, &one, p->x, x, p->y, dy, p->conv, p->filter.algo,
                                                    c->workspace, p->filter.memory,
@@ -240,7 +249,7 @@ static const char *filter_name(cudnnConvolutionBwdFilterAlgo_t a) {
     static const char *const n[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
     return (unsigned)a < sizeof n / sizeof n[0] ? n[a] : "other";
 }
-static const char *math_name(cudnnMathType_t m) { return m == CUDNN_FMA_MATH ? "fma" : "tensor ops"; }
+static const char *math_name(cudnnMathType_t m) { return is_tensor_op(m) ? "tensor ops" : "fma"; }
 
 static int cuda_conv_plan_text(void *ctx, int i, char *buf, size_t len) {
     cuda_ctx *c = (cuda_ctx *)ctx;

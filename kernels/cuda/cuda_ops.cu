@@ -5,7 +5,8 @@
  * Row ops (LayerNorm, softmax, cross-entropy) run one block per row; column reductions (bias and LayerNorm
  * parameter gradients) give each thread a column and a slice of rows, reduce the slice in shared memory and add
  * the block's partial with atomicAdd (so their last bits depend on scheduling). Element-wise ops use grid-stride
- * loops. Fusion beyond what the interface names (bias+GELU, unscale+check+update) is left to the callers' API.
+ * loops. Fused: bias + activation (forward) and activation gradient + bias gradient (backward), one pass each; the
+ * AdamW and SGD kernels apply the loss-scale unscale (grad_scale) in the update pass.
  */
 #include <math.h>
 #include <cuda_fp16.h>
@@ -228,6 +229,49 @@ static tfb_status cuda_bias_grad(void *ctx, float *dbias, const float *dout, int
     return TFB_OK;
 }
 
+__global__ void k_bias_act_fwd(int act, float *out, float *pre, const float *bias, size_t n, int h) {
+    TFB_GRID_LOOP(i, n) {
+        float v = pre[i] + bias[i % h];
+        pre[i] = v;
+        out[i] = act_value(act, v);
+    }
+}
+
+static tfb_status cuda_bias_act_fwd(void *ctx, tfb_act act, float *out, float *pre, const float *bias, int n, int h) {
+    size_t total = (size_t)n * h;
+    k_bias_act_fwd<<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>((int)act, out, pre, bias, total, h);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+/* din = dout * act'(pre) written while its column sums are reduced as in k_bias_grad */
+__global__ void k_act_bias_bwd(int act, float *din, float *dbias, const float *dout, const float *pre, int n, int h) {
+    __shared__ float part[COL_TY][COL_TX + 1];
+    int j = blockIdx.x * COL_TX + threadIdx.x;
+    float acc = 0.0f;
+    if (j < h)
+        for (int i = blockIdx.y * COL_TY + threadIdx.y; i < n; i += gridDim.y * COL_TY) {
+            size_t e = (size_t)i * h + j;
+            float d = dout[e] * act_slope(act, pre[e]);
+            din[e] = d;
+            acc += d;
+        }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= h) return;
+    for (int t = 1; t < COL_TY; t++) acc += part[t][threadIdx.x];
+    atomicAdd(&dbias[j], acc);
+}
+
+static tfb_status cuda_act_bias_bwd(void *ctx, tfb_act act, float *din, float *dbias, const float *dout,
+                                    const float *pre, int n, int h) {
+    if (n < 1) return TFB_OK;
+    dim3 grid((h + COL_TX - 1) / COL_TX, col_row_blocks(n)), block(COL_TX, COL_TY);
+    k_act_bias_bwd<<<grid, block, 0, S(ctx)>>>((int)act, din, dbias, dout, pre, n, h);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
 __global__ void k_residual_add(float *out, const float *a, const float *b, size_t n) {
     TFB_GRID_LOOP(i, n) out[i] = a[i] + b[i];
 }
@@ -406,6 +450,8 @@ void tfb_cuda_ops_install(tfb_backend *be) {
     be->bias_add = cuda_bias_add;
     be->bias_grad = cuda_bias_grad;
     be->residual_add = cuda_residual_add;
+    be->bias_act_fwd = cuda_bias_act_fwd;
+    be->act_bias_bwd = cuda_act_bias_bwd;
     be->dropout_fwd = cuda_dropout_fwd;
     be->dropout_bwd = cuda_dropout_bwd;
     be->xent_fwd = cuda_xent_fwd;
