@@ -19,6 +19,7 @@ typedef struct {
     size_t min_bytes, max_bytes;
     double factor;
     int iters, warmup;
+    char device[16];           /* auto, cpu or cuda: whose memory the buffers are */
     char output[4096];
 } links_opts;
 
@@ -63,15 +64,20 @@ static int parse_one(links_opts *o, const char *f, const char *v, int rank) {
                                      bad(rank, f, "expected 1 .. 100000 iterations");
     if (strcmp(f, "-w") == 0) return ((o->warmup = atoi(v)) >= 0 && o->warmup <= 100000) ||
                                      bad(rank, f, "expected 0 .. 100000 warm-up iterations");
+    if (strcmp(f, "--device") == 0) {
+        snprintf(o->device, sizeof o->device, "%s", v);
+        return strcmp(v, "auto") == 0 || strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0 ||
+               bad(rank, f, "expected auto, cpu or cuda");
+    }
     if (strcmp(f, "--output") == 0) {
         snprintf(o->output, sizeof o->output, "%s", v);
         return 1;
     }
-    return bad(rank, f, "unknown option (-b SIZE -e SIZE -f FACTOR -n ITERS -w WARMUP --output FILE)");
+    return bad(rank, f, "unknown option (-b SIZE -e SIZE -f FACTOR -n ITERS -w WARMUP --device D --output FILE)");
 }
 
 static int parse_opts(int argc, char **argv, int rank, links_opts *o) {
-    *o = (links_opts){.min_bytes = 8, .max_bytes = 64 << 20, .factor = 2, .iters = 20, .warmup = 5};
+    *o = (links_opts){.min_bytes = 8, .max_bytes = 64 << 20, .factor = 2, .iters = 20, .warmup = 5, .device = "auto"};
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) return bad(rank, argv[i], "missing value or unknown option");
         if (!parse_one(o, argv[i], argv[i + 1], rank)) return 0;
@@ -262,10 +268,29 @@ static tfb_status write_json(links_ctx *L) {
     return TFB_OK;
 }
 
+/* The backend of --device on every rank (GPU = node-local rank); a GPU backend's communicator (NCCL) replaces
+ * MPI for its buffers. Any rank that cannot open it stops them all with its reason. */
+static tfb_status links_backend(links_ctx *L) {
+    int node, nodes, local_rank, local_size;
+    char why[320];
+    tfb_comm_mpi_node(&node, &nodes, &local_rank, &local_size);
+    tfb_backend_spec spec = {.name = L->o.device, .threads = 1, .local_rank = local_rank, .local_size = local_size};
+    int ok = tfb_backend_open(&spec, &L->be, why, sizeof why) == TFB_OK, all_ok = ok;
+    TFB_CHECK(L->w->allreduce(L->w, &all_ok, 1, TFB_COMM_I32, TFB_MIN));
+    if (!ok) fprintf(stderr, "tfbench links: --device %s (rank %d): %s\n", L->o.device, L->w->rank, why);
+    if (!all_ok) return TFB_ERR_ARG;
+    if (why[0] && L->w->rank == 0) fprintf(stderr, "tfbench links: --device %s: %s\n", L->o.device, why);
+    if (L->w->size > 1 && L->be->comm_wrap) {
+        tfb_comm *dev = NULL;
+        TFB_CHECK(L->be->comm_wrap(L->be->ctx, L->w, &dev));
+        L->w = dev;
+    }
+    return TFB_OK;
+}
+
 static tfb_status links_run(links_ctx *L) {
     size_t elems = L->o.max_bytes / 4 * (size_t)L->w->size + 4;
-    /* host buffers over the MPI transport; the GPU matrices need the NCCL communicator (not in this build yet) */
-    TFB_CHECK(tfb_backend_open_cpu(1, &L->be));
+    TFB_TRY(links_backend(L));
     L->a = L->be->alloc(L->be->ctx, elems * 4);
     L->b = L->be->alloc(L->be->ctx, elems * 4);
     L->host = malloc(elems * 4);
@@ -276,12 +301,14 @@ static tfb_status links_run(links_ctx *L) {
         cJSON_AddStringToObject(L->json, "tool", "tfbench links");
         cJSON_AddNumberToObject(L->json, "ranks", L->w->size);
         cJSON_AddStringToObject(L->json, "backend", L->be->name);
+        if (L->be->device_name) cJSON_AddStringToObject(L->json, "device", L->be->device_name);
         cJSON_AddStringToObject(L->json, "definition", "time: max over ranks of the mean over timed iterations; "
                                 "busbw = algbw x bus_factor (nccl-tests); wrong: elements differing from the exact "
                                 "result, summed over ranks");
         cJSON_AddItemToObject(L->json, "environment", tfb_env_capture(tfb_comm_mpi_library()));
-        printf("tfbench links | %d ranks | backend %s | sizes %zu .. %zu B x %g | %d iterations after %d warm-up\n",
-               L->w->size, L->be->name, L->o.min_bytes, L->o.max_bytes, L->o.factor, L->o.iters, L->o.warmup);
+        printf("tfbench links | %d ranks | backend %s%s%s | sizes %zu .. %zu B x %g | %d iterations after %d warm-up\n",
+               L->w->size, L->be->name, L->be->device_name ? " on " : "", L->be->device_name ? L->be->device_name : "",
+               L->o.min_bytes, L->o.max_bytes, L->o.factor, L->o.iters, L->o.warmup);
     }
     if (L->w->size > 1) TFB_CHECK(pair_matrix(L));
     cJSON *rows = cJSON_CreateArray();
@@ -297,8 +324,10 @@ int tfb_links_main(int argc, char **argv) {
     static links_ctx L;
     if (argc > 1 && strcmp(argv[1], "--help") == 0) {
         printf("usage: [mpirun -np N] tfbench links [-b SIZE] [-e SIZE] [-f FACTOR] [-n ITERS] [-w WARMUP] "
-               "[--output FILE]\n  point-to-point matrix between ranks, then all-reduce, all-gather, reduce-scatter, "
-               "broadcast and send/recv sweeps from -b to -e bytes (x -f), nccl-tests' algbw and busbw\n");
+               "[--device auto|cpu|cuda] [--output FILE]\n  point-to-point matrix between ranks, then all-reduce, "
+               "all-gather, reduce-scatter, broadcast and send/recv sweeps from -b to -e bytes (x -f), nccl-tests' "
+               "algbw and busbw; with GPUs (--device auto or cuda) the buffers are each rank's GPU memory and the "
+               "transport NCCL\n");
         return 0;
     }
     if (tfb_comm_mpi_world(&argc, &argv, &L.w) != TFB_OK) return 1;

@@ -2,7 +2,8 @@
  * and both ways) and latency for every pair of ranks, then nccl-tests-style sweeps of all-reduce, all-gather,
  * reduce-scatter, broadcast and send/receive over message sizes (-b, -e, -f; warm-up at every size) with time,
  * algorithm and bus bandwidth and a #wrong count from a pass on data whose exact result is known. Buffers are the
- * backend's memory and the transport is the communication interface (MPI now). Returns the exit status. */
+ * backend's memory (--device: GPU memory with the CUDA backend) and the transport is the communication interface
+ * (MPI for host memory, NCCL for GPU memory). Returns the exit status. */
 #ifndef TFB_LINKS_H
 #define TFB_LINKS_H
 

@@ -4,7 +4,8 @@
 #   2. build/tests/gpu_check: every op against the CPU backend on fresh random inputs, outputs poisoned first;
 #   3. whole training steps: bert-tiny and resnet-tiny, 10 steps on the GPU and on the CPU backend from the same
 #      seed, the per-step losses compared (FP32 1e-5, TF32 5e-3, FP16/BF16 2e-2 relative); with two or more GPUs
-#      also bert-tiny tensor and pipeline parallel on two ranks against the CPU backend on two ranks;
+#      also bert-tiny tensor and pipeline parallel on two ranks against the CPU backend on two ranks, and
+#      `tfbench links --device cuda` on two ranks (NCCL collectives on GPU buffers, every result checked);
 #   4. a short benchmark on one GPU: bert-large and resnet50 in FP32, TF32 and FP16, samples/s and MFU, and the
 #      allocator's measured peak beside the planned memory (what `tfbench estimate` predicts).
 # Ends with one compact table; logs and results files go to $OUT (default build/gpu-check). Exit 0 when every check
@@ -74,6 +75,20 @@ EOF
 done
 echo "gpu-check: training steps done in $(( $(date +%s) - start )) s"
 
+# with two or more GPUs: the NCCL communicator's collectives on GPU buffers, checked on exact data (#wrong)
+links_row=""
+if [ "${gpus:-0}" -ge 2 ] && [ "$dev" = cuda ]; then
+    mpirun -np 2 --oversubscribe build/tfbench links --device cuda -e 64M -n 5 --output "$out/links.json" \
+        >"$out/links.log" 2>&1
+    links_row=$(python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))['collectives']
+big = [x for x in r if x['size_bytes'] == max(y['size_bytes'] for y in r)]
+print('links (NCCL, 2 GPUs): wrong elements', sum(x['wrong'] for x in r), '|', ', '.join(f\"{x['op']} {x['busbw_gb_s']:.0f} GB/s\" for x in big))
+" "$out/links.json" 2>/dev/null) || { links_row="links (NCCL, 2 GPUs): FAIL, see $out/links.log"; status=1; }
+    case $links_row in *"wrong elements 0 "*) ;; *) status=1 ;; esac
+fi
+
 bench_rows=()
 for model in ${GPU_CHECK_BENCH:-bert-large resnet50}; do
     shape=$(case $model in bert-large) echo "--batch 32 --seq-len 128" ;; resnet50) echo "--batch 128" ;; esac)
@@ -102,6 +117,7 @@ echo "| model, layout | prec | last loss cpu vs gpu | max rel diff | tol | |"
 printf '%s\n' "${steps_rows[@]}"
 echo "| model | prec | batch | samples/s | MFU | GiB peak / planned | peak TFLOP/s from |"
 printf '%s\n' "${bench_rows[@]}"
+[ -n "$links_row" ] && echo "$links_row"
 echo "gpu-check: $(( $(date +%s) - start )) s in all"
 [ "$ops" = 0 ] || status=1
 exit $status

@@ -891,6 +891,12 @@ def test_links():
     check("links_2_ranks_no_wrong_results_busbw_is_algbw_times_factor", ok, f"{ops} {p.stdout[-300:]} {p.stderr[-300:]}")
     p = subprocess.run([BIN, "links", "-b", "3x"], env=ENV, capture_output=True, text=True, timeout=60)
     check("links_bad_size_exit2", p.returncode == 2 and p.stderr.startswith("tfbench links: -b:"), p.stderr)
+    p = subprocess.run([BIN, "links", "--device", "tpu"], env=ENV, capture_output=True, text=True, timeout=60)
+    check("links_bad_device_exit2", p.returncode == 2 and p.stderr.startswith("tfbench links: --device:"), p.stderr)
+    p = subprocess.run(["mpirun", "-np", "2", BIN, "links", "--device", "cuda", "-e", "64", "--output", out + ".gpu"],
+                       env=dict(ENV, CUDA_VISIBLE_DEVICES=""), capture_output=True, text=True, timeout=120)
+    check("links_device_cuda_without_gpu_exit2_with_reason", p.returncode == 2 and "tfbench links: --device cuda (rank 0)"
+          in p.stderr and not os.path.exists(out + ".gpu"), f"rc {p.returncode} {p.stderr[-300:]}")
 
 
 def estimate(args):
