@@ -1,14 +1,17 @@
 /* energy.c — see energy.h. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "energy.h"
 
-/* Is this rank the lowest job rank on its node? (*nodes gets the job's node count.) */
-static int node_leader(tfb_comm *job, int node, int *nodes) {
-    int *all = calloc((size_t)job->size, sizeof *all), leader = 1;
+/* Is this rank the lowest job rank with its key (its node; on GPUs its node and GPU)? *nodes gets the number of
+ * distinct keys: the meters the job needs. */
+static int node_leader(tfb_comm *job, uint64_t node, int *nodes) {
+    uint64_t *all = calloc((size_t)job->size, sizeof *all);
+    int leader = 1;
     *nodes = 0;
-    if (!all || job->allgather(job, &node, all, 1, TFB_COMM_I32) != TFB_OK) { free(all); return -1; }
+    if (!all || job->allgather(job, &node, all, 1, TFB_COMM_U64) != TFB_OK) { free(all); return -1; }
     for (int r = 0; r < job->size; r++) {
         int first = 1;
         for (int q = 0; q < r; q++) first &= all[q] != all[r];
@@ -25,12 +28,21 @@ static void unmeasured(tfb_run_record *rec, const char *why) {
     snprintf(rec->energy_why, sizeof rec->energy_why, "%s", why);
 }
 
-tfb_power_meter *tfb_energy_open(tfb_comm *job, int node, const char *backend, tfb_run_record *rec) {
-    int nodes, leader = node_leader(job, node, &nodes), have = 0, need = 0;
+/* The GPU's PCI id packed into the low 24 bits beside the node (0 and 0 on the CPU backend). */
+static uint64_t meter_key(int node, const tfb_backend *be, unsigned pci[3]) {
+    pci[0] = pci[1] = pci[2] = 0;
+    if (be->device_pci_bus_id) sscanf(be->device_pci_bus_id, "%x:%x:%x", &pci[0], &pci[1], &pci[2]);
+    return (uint64_t)node << 40 | (uint64_t)(pci[0] & 0xffff) << 24 | (pci[1] & 0xff) << 16 | (pci[2] & 0x1f) << 8;
+}
+
+tfb_power_meter *tfb_energy_open(tfb_comm *job, int node, const tfb_backend *be, tfb_run_record *rec) {
+    unsigned pci[3];
+    int nodes, leader = node_leader(job, meter_key(node, be, pci), &nodes), have = 0, need = 0;
     char why[200] = "";
     tfb_power_meter *m = NULL;
-    if (leader > 0 && strcmp(backend, "cpu") == 0) m = tfb_power_open(why, sizeof why);
-    else if (leader > 0) snprintf(why, sizeof why, "no energy meter for the %s backend yet", backend);
+    if (leader > 0 && be->device_pci_bus_id) m = tfb_power_open_gpu(pci[0], pci[1], pci[2], why, sizeof why);
+    else if (leader > 0 && strcmp(be->name, "cpu") == 0) m = tfb_power_open(why, sizeof why);
+    else if (leader > 0) snprintf(why, sizeof why, "no energy meter for the %s backend", be->name);
     have = m != NULL, need = leader > 0;
     if (leader < 0 || job->allreduce(job, &have, 1, TFB_COMM_I32, TFB_SUM) != TFB_OK ||
         job->allreduce(job, &need, 1, TFB_COMM_I32, TFB_SUM) != TFB_OK) {

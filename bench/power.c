@@ -9,6 +9,7 @@
 #include <time.h>
 #include "power.h"
 #include "clock.h"
+#include "../topology/nvml.h"
 
 enum { MAX_PACKAGES = 16 };
 
@@ -29,6 +30,9 @@ struct tfb_power_meter {
     double last_t, last_total, peak_w;      /* the sampling interval under way */
     int samples;
     long thr_mark, thr_events;
+    tfb_nvml *nvml;                         /* a GPU meter: NVML's board energy counter of GPU `gpu` (else RAPL) */
+    int gpu;
+    unsigned long long last_mj;
 };
 
 static const char *sysfs_root(void) {
@@ -112,8 +116,45 @@ tfb_power_meter *tfb_power_open(char *why, size_t len) {
     return m;
 }
 
+/* A meter over one GPU's board energy counter (NVML, millijoules since the driver loaded; Volta and newer). */
+tfb_power_meter *tfb_power_open_gpu(unsigned domain, unsigned bus, unsigned dev, char *why, size_t len) {
+    tfb_power_meter *m = calloc(1, sizeof *m);
+    if (!m) { snprintf(why, len, "out of memory"); return NULL; }
+    m->gpu = -1;
+    m->nvml = tfb_nvml_open(why, len);
+    for (int i = 0; i < tfb_nvml_count(m->nvml); i++) {
+        const tfb_nvml_gpu *g = tfb_nvml_gpu_info(m->nvml, i);
+        if (g->domain == domain && g->bus == bus && g->dev == dev) m->gpu = i;
+    }
+    if (m->nvml && m->gpu < 0) snprintf(why, len, "NVML does not list the GPU at %04x:%02x:%02x.0", domain, bus, dev);
+    if (m->gpu >= 0 && !(m->last_mj = tfb_nvml_energy_mj(m->nvml, m->gpu)))
+        snprintf(why, len, "the GPU at %04x:%02x:%02x.0 has no energy counter (NVML needs Volta or newer)", domain, bus,
+                 dev);
+    if (!m->last_mj) { tfb_nvml_close(m->nvml); free(m); return NULL; }
+    m->n_thr = 1;
+    snprintf(m->source, sizeof m->source, "NVML board energy, GPU %04x:%02x:%02x.0 (%.40s)", domain, bus, dev,
+             tfb_nvml_gpu_info(m->nvml, m->gpu)->name);
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    return m;
+}
+
+static void gpu_counter_read(tfb_power_meter *m) {
+    unsigned long long mj = tfb_nvml_energy_mj(m->nvml, m->gpu);
+    if (mj > m->last_mj) m->total_j += (double)(mj - m->last_mj) / 1e3;
+    if (mj) m->last_mj = mj;
+}
+
+/* GPU meters count the sampling intervals inside windows whose clocks a slowing reason held back. */
+static void gpu_throttle_sample(tfb_power_meter *m) {
+    char text[160];
+    tfb_nvml_refresh(m->nvml, m->gpu);
+    if (tfb_nvml_throttle_text(tfb_nvml_gpu_info(m->nvml, m->gpu)->throttle, text, sizeof text)[0]) m->thr_events++;
+}
+
 /* Reads every counter and adds the increments (a counter below its last value wrapped at its range). */
 static void counters_read(tfb_power_meter *m) {
+    if (m->nvml) { gpu_counter_read(m); return; }
     for (int i = 0; i < m->n; i++) {
         double v;
         if (!read_number(m->energy[i], &v)) continue;
@@ -126,6 +167,7 @@ static void counters_read(tfb_power_meter *m) {
 
 static long throttle_sum(const tfb_power_meter *m) {
     long s = 0;
+    if (m->nvml) return 0; /* counted per sample instead */
     for (int i = 0; i < m->n_thr; i++) {
         double v;
         if (read_number(m->throttle[i], &v)) s += (long)v;
@@ -148,6 +190,7 @@ static void *sampler(void *arg) {
             double w = (m->total_j - m->last_total) / (now - m->last_t);
             if (w > m->peak_w) m->peak_w = w;
             m->samples++;
+            if (m->nvml) gpu_throttle_sample(m);
         }
         m->last_t = now, m->last_total = m->total_j;
     }
@@ -203,6 +246,7 @@ const char *tfb_power_source(const tfb_power_meter *m) { return m ? m->source : 
 
 void tfb_power_close(tfb_power_meter *m) {
     if (!m) return;
+    tfb_nvml_close(m->nvml);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
     free(m);

@@ -47,7 +47,9 @@ static void energy_lines(FILE *f, const tfb_run_record *recs, int n) {
         tfb_run_summary s = tfb_record_summarize(r);
         if (!(r->energy_j > 0)) { fprintf(f, "  %-8s %2d: not measured (%s)\n", r->strategy, r->ranks, r->energy_why); continue; }
         char thr[48] = "throttling not readable";
-        if (r->throttle_events >= 0) snprintf(thr, sizeof thr, "%ld package throttle events", r->throttle_events);
+        if (r->throttle_events >= 0)
+            snprintf(thr, sizeof thr, "%ld %s", r->throttle_events,
+                     strncmp(r->energy_source, "NVML", 4) == 0 ? "GPU-seconds clock-throttled" : "package throttle events");
         fprintf(f, "  %-8s %2d: %.1f W mean, %.4g J/sample, %.4g samples/kWh, %s\n", r->strategy, r->ranks,
                 r->energy_j / s.window_s, r->energy_j / s.samples, s.samples * 3.6e6 / r->energy_j, thr);
     }

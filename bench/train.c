@@ -711,7 +711,7 @@ static tfb_status train_active(train_ctx *t) {
     log_configuration(t);
     if (t->env->dump) TFB_CHECK(dump_tensors(t, t->wl->param_pool, "param", 1.0));
     TFB_CHECK(alloc_arrays(t));
-    t->meter = tfb_energy_open(t->job, t->env->node, t->env->be->name, t->rec);
+    t->meter = tfb_energy_open(t->job, t->env->node, t->env->be, t->rec);
     TFB_CHECK(run_steps(t));
     tfb_energy_finish(t->job, t->meter, t->rec);
     t->meter = NULL;

@@ -78,6 +78,7 @@ struct tfb_backend {
     const char *device_name;
     int device_index, device_cc, device_sms; /* cc: compute capability x 10 */
     double device_clock_mhz;                 /* maximum SM clock */
+    const char *device_pci_bus_id;           /* "dddd:bb:dd.f" */
 
     /* memory */
     void *(*alloc)(void *ctx, size_t bytes);            /* zero-filled; NULL on failure */

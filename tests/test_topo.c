@@ -6,14 +6,21 @@
  *   two NVIDIA boards without a CUDA device counted apart;
  * - a synthetic pack:2 numa:2 core:4 pu:2: 4 ranks bound by core get disjoint cores, one NUMA node each;
  *   by GPU on the POWER8: each rank's cores local to its GPU, the two ranks of one package disjoint;
- * - a missing and a corrupt file are TFB_ERR_ARG with a message.
+ * - a missing and a corrupt file are TFB_ERR_ARG with a message;
+ * - the GPU energy meter over the stub NVML (300 W): the energy of a window is 300 W times its length within 5%,
+ *   the highest one-second power 300 W, throttled seconds counted when the stub reports a power cap, and a GPU
+ *   NVML does not list gives a reason, not a meter.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "check.h"
 #include "../topology/bind.h"
 #include "../topology/topo.h"
+#include "../bench/clock.h"
+#include "../bench/power.h"
 
 #define DIR "tests/fixtures/topology/"
 
@@ -97,7 +104,54 @@ static void test_bad_files(void) {
     remove(path);
 }
 
-int main(void) {
+/* One window of about 1.3 s over the stub's GPU at 0000:28:00.0. */
+static void gpu_meter_window(double *joules, double *seconds, double *peak, int *samples, long *throttled) {
+    char why[200] = "";
+    tfb_power_meter *m = tfb_power_open_gpu(0, 0x28, 0, why, sizeof why);
+    *joules = *seconds = *peak = 0;
+    *samples = 0;
+    *throttled = 0;
+    if (!m) { printf("  no meter: %s\n", why); return; }
+    tfb_power_start(m);
+    tfb_power_window_begin(m);
+    double t0 = tfb_clock_s();
+    while (tfb_clock_s() - t0 < 1.3) {
+        struct timespec pause = {0, 20000000};
+        nanosleep(&pause, NULL); /* waiting for the stub's counter to advance, not a measured benchmark */
+    }
+    tfb_power_window_end(m);
+    *seconds = tfb_clock_s() - t0;
+    tfb_power_stop(m, joules, peak, samples, throttled);
+    tfb_power_close(m);
+}
+
+static void test_gpu_meter(const char *stub) {
+    double j, s, peak;
+    int samples;
+    long thr;
+    char why[200] = "";
+    setenv("TFB_TEST_LIBNVML", stub, 1);
+    setenv("FAKE_NVML_THROTTLE", "0", 1);
+    gpu_meter_window(&j, &s, &peak, &samples, &thr);
+    EXPECT("gpu_meter_energy_is_300w_times_window", fabs(j / s - 300.0) < 15.0, "%.1f J over %.3f s", j, s);
+    EXPECT("gpu_meter_peak_300w_no_throttle", samples >= 1 && fabs(peak - 300.0) < 15.0 && thr == 0,
+           "peak %.1f W over %d samples, %ld throttled", peak, samples, thr);
+    setenv("FAKE_NVML_THROTTLE", "0x4", 1); /* software power cap */
+    gpu_meter_window(&j, &s, &peak, &samples, &thr);
+    EXPECT("gpu_meter_counts_throttled_seconds", samples >= 1 && thr == samples, "%ld of %d", thr, samples);
+    tfb_power_meter *m = tfb_power_open_gpu(0, 0x99, 0, why, sizeof why);
+    EXPECT("gpu_meter_unknown_gpu_gives_reason", !m && strstr(why, "does not list"), "%s", why);
+    tfb_power_close(m);
+    unsetenv("TFB_TEST_LIBNVML");
+}
+
+int main(int argc, char **argv) {
+    char stub[4096];
+    (void)argc;
+    snprintf(stub, sizeof stub, "%s", argv[0]);
+    char *slash = strrchr(stub, '/');
+    snprintf(slash ? slash + 1 : stub, sizeof stub - (size_t)(slash ? slash + 1 - stub : 0), "libfakenvml.so");
+    test_gpu_meter(stub);
     test_power8();
     test_k40m();
     test_synthetic_binding();

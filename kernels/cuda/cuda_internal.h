@@ -21,6 +21,7 @@ typedef struct tfb_conv_plan tfb_conv_plan;
 typedef struct {
     int device;
     char name[256];                           /* the GPU's name as CUDA reports it */
+    char pci[32];                             /* its PCI bus id */
     cudaStream_t stream;
     cublasHandle_t blas;
     cudnnHandle_t dnn;
