@@ -9,6 +9,7 @@
 #include <string.h>
 #include <cjson/cJSON.h>
 #include "links.h"
+#include "links_gpu.h"
 #include "clock.h"
 #include "comm.h"
 #include "../kernels/backend.h"
@@ -19,6 +20,7 @@ typedef struct {
     size_t min_bytes, max_bytes;
     double factor;
     int iters, warmup;
+    double timeout;            /* seconds for the GPU copy matrices */
     char device[16];           /* auto, cpu or cuda: whose memory the buffers are */
     char output[4096];
 } links_opts;
@@ -64,6 +66,8 @@ static int parse_one(links_opts *o, const char *f, const char *v, int rank) {
                                      bad(rank, f, "expected 1 .. 100000 iterations");
     if (strcmp(f, "-w") == 0) return ((o->warmup = atoi(v)) >= 0 && o->warmup <= 100000) ||
                                      bad(rank, f, "expected 0 .. 100000 warm-up iterations");
+    if (strcmp(f, "--timeout") == 0) return ((o->timeout = strtod(v, NULL)) > 0 && o->timeout <= 86400) ||
+                                           bad(rank, f, "expected seconds above 0");
     if (strcmp(f, "--device") == 0) {
         snprintf(o->device, sizeof o->device, "%s", v);
         return strcmp(v, "auto") == 0 || strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0 ||
@@ -73,11 +77,13 @@ static int parse_one(links_opts *o, const char *f, const char *v, int rank) {
         snprintf(o->output, sizeof o->output, "%s", v);
         return 1;
     }
-    return bad(rank, f, "unknown option (-b SIZE -e SIZE -f FACTOR -n ITERS -w WARMUP --device D --output FILE)");
+    return bad(rank, f, "unknown option (-b SIZE -e SIZE -f FACTOR -n ITERS -w WARMUP --device D --timeout S "
+                        "--output FILE)");
 }
 
 static int parse_opts(int argc, char **argv, int rank, links_opts *o) {
-    *o = (links_opts){.min_bytes = 8, .max_bytes = 64 << 20, .factor = 2, .iters = 20, .warmup = 5, .device = "auto"};
+    *o = (links_opts){.min_bytes = 8, .max_bytes = 64 << 20, .factor = 2, .iters = 20, .warmup = 5, .timeout = 60,
+                      .device = "auto"};
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) return bad(rank, argv[i], "missing value or unknown option");
         if (!parse_one(o, argv[i], argv[i + 1], rank)) return 0;
@@ -288,8 +294,20 @@ static tfb_status links_backend(links_ctx *L) {
     return TFB_OK;
 }
 
+/* World rank 0 measures its node's GPU copies while the other ranks wait; a failed or hung copy is reported and
+ * fails the run at the end (exit status 1), after the rest is measured and written. */
+static tfb_status gpu_copies(links_ctx *L, int *failed) {
+    *failed = 0;
+    if (strcmp(L->o.device, "cpu") != 0 && L->w->rank == 0) {
+        cJSON *g = tfb_links_gpu_copies(L->o.max_bytes, L->o.iters, L->o.timeout, failed);
+        if (g) cJSON_AddItemToObject(L->json, "gpu_copies", g);
+    }
+    return L->w->bcast(L->w, failed, 1, TFB_COMM_I32, 0);
+}
+
 static tfb_status links_run(links_ctx *L) {
     size_t elems = L->o.max_bytes / 4 * (size_t)L->w->size + 4;
+    int copies_failed = 0;
     TFB_TRY(links_backend(L));
     L->a = L->be->alloc(L->be->ctx, elems * 4);
     L->b = L->be->alloc(L->be->ctx, elems * 4);
@@ -310,6 +328,7 @@ static tfb_status links_run(links_ctx *L) {
                L->w->size, L->be->name, L->be->device_name ? " on " : "", L->be->device_name ? L->be->device_name : "",
                L->o.min_bytes, L->o.max_bytes, L->o.factor, L->o.iters, L->o.warmup);
     }
+    TFB_CHECK(gpu_copies(L, &copies_failed));
     if (L->w->size > 1) TFB_CHECK(pair_matrix(L));
     cJSON *rows = cJSON_CreateArray();
     tfb_status st = TFB_OK;
@@ -317,17 +336,20 @@ static tfb_status links_run(links_ctx *L) {
     if (L->json) cJSON_AddItemToObject(L->json, "collectives", rows);
     else cJSON_Delete(rows);
     TFB_CHECK(st);
-    return write_json(L);
+    TFB_CHECK(write_json(L));
+    return copies_failed ? TFB_ERR_BACKEND : TFB_OK;
 }
 
 int tfb_links_main(int argc, char **argv) {
     static links_ctx L;
     if (argc > 1 && strcmp(argv[1], "--help") == 0) {
         printf("usage: [mpirun -np N] tfbench links [-b SIZE] [-e SIZE] [-f FACTOR] [-n ITERS] [-w WARMUP] "
-               "[--device auto|cpu|cuda] [--output FILE]\n  point-to-point matrix between ranks, then all-reduce, "
-               "all-gather, reduce-scatter, broadcast and send/recv sweeps from -b to -e bytes (x -f), nccl-tests' "
-               "algbw and busbw; with GPUs (--device auto or cuda) the buffers are each rank's GPU memory and the "
-               "transport NCCL\n");
+               "[--device auto|cpu|cuda] [--timeout S] [--output FILE]\n  with GPUs (unless --device cpu): rank 0's "
+               "node's GPU copy matrices (host<->GPU pinned, peer access on and off, both ways, latency; -e bytes "
+               "per copy, -n copies, within --timeout seconds, default 60) against each link's nominal bandwidth; "
+               "then the point-to-point matrix between ranks and all-reduce, all-gather, reduce-scatter, broadcast "
+               "and send/recv sweeps from -b to -e bytes (x -f), nccl-tests' algbw and busbw; on the CUDA backend "
+               "the buffers are each rank's GPU memory and the transport NCCL\n");
         return 0;
     }
     if (tfb_comm_mpi_world(&argc, &argv, &L.w) != TFB_OK) return 1;

@@ -1,6 +1,6 @@
 /* fake_libcuda.c — a stand-in for the NVIDIA driver library, loaded by `tfbench doctor` through
  * TFB_TEST_LIBCUDA so that its GPU checks and their failure paths run on machines without a GPU. Only the driver
- * API calls gpu_probe.c and gpu_p2p.c make exist. FAKE_CUDA_VERSION (default 13000), FAKE_CUDA_DEVICES (default 2) and
+ * API calls gpu_probe.c, gpu_p2p.c and gpu_bw.c make exist. FAKE_CUDA_VERSION (default 13000), FAKE_CUDA_DEVICES (default 2) and
  * FAKE_CUDA_INIT_ERROR (default 0) set what it answers; every device is an "NVIDIA H100 80GB HBM3" (compute
  * capability 9.0), or with FAKE_CUDA_V100=1 a "Tesla V100-SXM2-32GB" (7.0). */
 #include <stdio.h>
@@ -121,4 +121,26 @@ int cuMemcpyPeer(unsigned long long dst, void *dctx, unsigned long long src, voi
     memcpy(d, s, n);
     if (env_int("FAKE_P2P_CORRUPT", 0)) d[n / 2] ^= 0x40;
     return 0;
+}
+
+/* ---- copy bandwidth (topology/gpu_bw.c): asynchronous copies complete at once; streams are tokens; pinned host
+ * memory is plain memory. FAKE_P2P_HANG applies to the asynchronous peer copy too. */
+static int fake_stream;
+
+int cuCtxDisablePeerAccess(void *peer) { (void)peer; return 705; } /* not enabled: tfbench accepts it */
+int cuMemAllocHost_v2(void **p, size_t bytes) { *p = malloc(bytes); return *p ? 0 : 2; }
+int cuMemFreeHost(void *p) { free(p); return 0; }
+int cuStreamCreate(void **s, unsigned flags) { (void)flags; *s = &fake_stream; return 0; }
+int cuStreamSynchronize(void *s) { (void)s; return 0; }
+int cuMemcpyPeerAsync(unsigned long long dst, void *dctx, unsigned long long src, void *sctx, size_t n, void *s) {
+    (void)s;
+    return cuMemcpyPeer(dst, dctx, src, sctx, n);
+}
+int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t n, void *s) {
+    (void)s;
+    return cuMemcpyHtoD_v2(dst, src, n);
+}
+int cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t n, void *s) {
+    (void)s;
+    return cuMemcpyDtoH_v2(dst, src, n);
 }

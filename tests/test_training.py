@@ -891,6 +891,25 @@ def test_links():
     check("links_2_ranks_no_wrong_results_busbw_is_algbw_times_factor", ok, f"{ops} {p.stdout[-300:]} {p.stderr[-300:]}")
     p = subprocess.run([BIN, "links", "-b", "3x"], env=ENV, capture_output=True, text=True, timeout=60)
     check("links_bad_size_exit2", p.returncode == 2 and p.stderr.startswith("tfbench links: -b:"), p.stderr)
+    # GPU copy matrices over the stub driver, its GPUs placed on the POWER8 topology (NV2 pairs, PCIe 15.75 GB/s)
+    stub = dict(ENV, TFB_TEST_LIBCUDA=os.path.join(os.path.dirname(BIN), "tests", "libfakecuda.so"),
+                FAKE_CUDA_BUSIDS="0002:01:00.0,0003:01:00.0,000a:01:00.0",
+                HWLOC_XMLFILE=os.path.join(ROOT, "tests", "fixtures", "topology", "power8-4xP100-nvlink.xml"))
+    p = subprocess.run([BIN, "links", "-b", "64K", "-e", "64K", "-n", "2", "--output", out], env=stub, capture_output=True,
+                       text=True, timeout=120)
+    g = json.load(open(out)).get("gpu_copies", {}) if p.returncode == 0 else {}
+    n = len(g.get("gpus", []))
+    mats = [g.get(k, []) for k in ("one_way_gb_s", "one_way_peer_off_gb_s", "both_ways_gb_s", "latency_us")]
+    ok = n == 3 and g["link_kind"][0][1] == "NV2" and g["link_kind"][0][2] == "SYS" and g["nominal_gb_s"][0][1] == 40.0 \
+        and abs(g["nominal_gb_s"][1][2] - 15.75) < 0.01 and all(x["h2d_gb_s"] > 0 and x["d2h_gb_s"] > 0 and abs(x["pcie_nominal_gb_s"] - 15.75) < 0.01 for x in g["gpus"]) \
+        and all(m[a][b] > 0 for m in mats for a in range(3) for b in range(3) if a != b) and "incomplete" not in g \
+        and "one way, peer access off" in p.stdout and "% of nominal" in p.stdout
+    check("links_gpu_copy_matrices_against_nominal_links", ok, f"rc {p.returncode} {json.dumps(g)[:400]} {p.stderr[-300:]}")
+    p = subprocess.run([BIN, "links", "-b", "64K", "-e", "64K", "-n", "2", "--timeout", "2", "--output", out + ".hang"],
+                       env=dict(stub, FAKE_P2P_HANG="1"), capture_output=True, text=True, timeout=120)
+    g = json.load(open(out + ".hang")).get("gpu_copies", {}) if os.path.exists(out + ".hang") else {}
+    check("links_gpu_copy_hang_reported_exit1", p.returncode == 1 and "did not finish within the deadline" in p.stdout
+          and "ACS" in g.get("incomplete", "") and g["gpus"][0]["h2d_gb_s"] > 0, f"rc {p.returncode} {p.stdout[-400:]}")
     p = subprocess.run([BIN, "links", "--device", "tpu"], env=ENV, capture_output=True, text=True, timeout=60)
     check("links_bad_device_exit2", p.returncode == 2 and p.stderr.startswith("tfbench links: --device:"), p.stderr)
     p = subprocess.run(["mpirun", "-np", "2", BIN, "links", "--device", "cuda", "-e", "64", "--output", out + ".gpu"],
