@@ -186,6 +186,13 @@ static int largest_batch(const est_args *a, const tfb_strategy *s, double limit)
     return lo * step;
 }
 
+int tfb_estimate_largest_batch(const tfb_options *o, const tfb_strategy *s, double limit_bytes) {
+    est_args a;
+    memset(&a, 0, sizeof a);
+    a.o = *o;
+    return largest_batch(&a, s, limit_bytes);
+}
+
 static int gpu_precision(const tfb_options *o) {
     if (o->tf32) return TFB_PREC_TF32;
     return o->gemm_type == TFB_F16 ? TFB_PREC_FP16 : o->gemm_type == TFB_BF16 ? TFB_PREC_BF16 : TFB_PREC_FP32;

@@ -18,6 +18,9 @@ typedef struct {
 
 /* The device of layout s with the largest total (over every stage and tensor rank). */
 tfb_status tfb_estimate_layout(const tfb_options *o, const tfb_strategy *s, tfb_estimate_device *worst);
+/* The largest --batch for options o on layout s (its micro-batches kept) whose every device fits in limit_bytes;
+ * 0 when none does. */
+int tfb_estimate_largest_batch(const tfb_options *o, const tfb_strategy *s, double limit_bytes);
 int tfb_estimate_main(int argc, char **argv);
 
 #endif

@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include "train.h"
+#include "estimate.h"
 #include "bert.h"
 #include "clock.h"
 #include "ddp.h"
@@ -94,7 +95,7 @@ static tfb_status plan_checkpointing_saving(train_ctx *t, const double *unit_cos
     return TFB_OK;
 }
 
-static tfb_status setup_workload(train_ctx *t, const double *unit_costs) {
+static tfb_status setup_workload_pools(train_ctx *t, const double *unit_costs) {
     tfb_options *o = t->env->o;
     tfb_backend *be = t->env->be;
     be->mem_stats(be->ctx, &t->mem_base, NULL, 1);
@@ -109,6 +110,24 @@ static tfb_status setup_workload(train_ctx *t, const double *unit_costs) {
     if (t->s->pp > 1 && t->wl->tied_numel)
         TFB_CHECK_ALLOC(t->tied_buf = be->alloc(be->ctx, t->wl->tied_numel * sizeof(float)));
     return TFB_OK;
+}
+
+/* Out of device memory: the backend said what was asked and what is free; this adds the batch that would fit. */
+static tfb_status setup_workload(train_ctx *t, const double *unit_costs) {
+    tfb_status st = setup_workload_pools(t, unit_costs);
+    const tfb_backend *be = t->env->be;
+    if (st != TFB_ERR_NOMEM || !be->device_memory_bytes) return st;
+    double limit = (double)be->device_memory_bytes - (double)be->device_reserved_bytes;
+    int fits = tfb_estimate_largest_batch(t->env->o, t->s, limit);
+    if (fits > 0)
+        fprintf(stderr, "tfbench[rank %d]: %s: --batch %d fits in this device's %.2f GiB (%.2f GiB left for the "
+                "context and libraries), by the plan `tfbench estimate` prints\n", t->env->world->rank, t->s->name,
+                fits, be->device_memory_bytes / 1073741824.0, be->device_reserved_bytes / 1073741824.0);
+    else
+        fprintf(stderr, "tfbench[rank %d]: %s: not even the smallest batch fits in this device's %.2f GiB: use more "
+                "devices (tensor or pipeline parallel) or --checkpointing\n", t->env->world->rank, t->s->name,
+                be->device_memory_bytes / 1073741824.0);
+    return st;
 }
 
 static void release_workload(train_ctx *t) {

@@ -79,6 +79,8 @@ struct tfb_backend {
     int device_index, device_cc, device_sms; /* cc: compute capability x 10 */
     double device_clock_mhz;                 /* maximum SM clock */
     const char *device_pci_bus_id;           /* "dddd:bb:dd.f" */
+    size_t device_memory_bytes;              /* what alloc() can hand out at most (0: no fixed limit) */
+    size_t device_reserved_bytes;            /* of which the context, library workspaces and NCCL take about */
 
     /* memory */
     void *(*alloc)(void *ctx, size_t bytes);            /* zero-filled; NULL on failure */

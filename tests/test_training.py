@@ -17,6 +17,8 @@
   not count, a throttle counter), the run reports 150 W within 5%, one reader per node, and the throttle events;
   an unreadable or standing counter gives a reason, never a figure.
 - scripts/plot writes the throughput, efficiency and report images as PNG files of the expected size.
+- Out of device memory (the CPU standing in for a small GPU): the message names the largest --batch that fits,
+  which runs, while one more does not.
 - Without a GPU: --device cuda exits 2 with the reason, auto says once it uses the CPU; tests/gpu_check passes the
   CPU backend against itself, catches an op broken through its test hook, and refuses to run without a GPU.
 - Every bad input exits with status 2, prints one line naming the flag, and writes no results file; random
@@ -922,6 +924,22 @@ def estimate(args):
     return subprocess.run([BIN, "estimate"] + args, env=ENV, capture_output=True, text=True, timeout=120)
 
 
+def test_out_of_memory():
+    """A device that runs out of memory names the largest --batch that fits (from the estimate's plan), and that
+    batch runs while one more does not. The CPU backend stands in for a GPU of 250 MiB (TFB_TEST_DEVICE_MEMORY_MIB)."""
+    for model, extra in (("bert-mini", ["--seq-len", "32"]), ("resnet-tiny", [])):
+        env = dict(ENV, TFB_TEST_DEVICE_MEMORY_MIB="250" if model == "bert-mini" else "40")
+        base = [BIN, "--model", model, "--parallel", "data", "--steps", "1", "--warmup", "0", "--peak-tflops", "1"] + extra
+        p = subprocess.run(base + ["--batch", "512", "--output", os.path.join(TMP, "oom.json")], env=env,
+                           capture_output=True, text=True, timeout=300)
+        m = re.search(r"--batch (\d+) fits in this device's", p.stderr)
+        fits = int(m.group(1)) if m else 0
+        ran = [subprocess.run(base + ["--batch", str(b), "--output", os.path.join(TMP, f"oom{b}.json")], env=env,
+                              capture_output=True, text=True, timeout=300).returncode for b in (fits, fits + 1)] if fits else []
+        check(f"out_of_memory_{model}_names_largest_batch_that_runs", p.returncode != 0 and "out of memory" in p.stderr
+              and fits > 0 and ran == [0, 1], f"rc {p.returncode} fits {fits} then {ran} {p.stderr[-400:]}")
+
+
 def test_estimate():
     """tfbench estimate (plan-only workloads) against the allocator's measured peak of real runs, within 5%."""
     cases = [(["--model", "bert-tiny", "--seq-len", "16", "--batch", "4"], 2),
@@ -1113,7 +1131,7 @@ def test_comparison_run():
           and len(lines) == 8 and len(skipped) == 1 and "heads" in skipped[0]["skipped"], f"{lines[:3]} {skipped}")
 
 
-for t in (test_bad_input, test_devices, test_estimate, test_checkpointing, test_doctor, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_report, test_energy, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
+for t in (test_bad_input, test_devices, test_out_of_memory, test_estimate, test_checkpointing, test_doctor, test_topology, test_links, test_parallel_equivalence, test_pipeline_memory, test_comparison_run, test_model_vs_pytorch, test_loss_falls, test_data_parallel, test_mixed_precision, test_resnet, test_results_consistent, test_rank_failure, test_event_log, test_compare, test_report, test_energy, test_faults, test_results_never_lost, test_random_argv, test_fuzz_findings, test_dump):
     t()
 if failures:
     print(f"test files kept in {TMP}")

@@ -6,6 +6,7 @@
  * SGEMM per matrix with all threads on each. The training ops live in cpu_ops.c.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cblas.h>
@@ -17,6 +18,7 @@ typedef struct {
     float *scratch[TFB_CPU_SLOTS];   /* FP32 work buffers that grow to the largest request */
     size_t floats[TFB_CPU_SLOTS];
     size_t in_use, peak;             /* bytes held through alloc(), and the most held at once since the reset */
+    size_t limit;                    /* test hook TFB_TEST_DEVICE_MEMORY_MIB: alloc() fails beyond it (0: none) */
 } cpu_ctx;
 
 enum { HEADER = 64 };                /* each block starts with its size, keeping the 64-byte alignment */
@@ -36,6 +38,12 @@ static void *cpu_alloc(void *ctx, size_t bytes) {
     void *p = NULL;
     size_t rounded = (bytes + 63) & ~(size_t)63;
     if (rounded == 0) rounded = 64;
+    if (c->limit && c->in_use + rounded > c->limit) {
+        fprintf(stderr, "tfbench[rank %d, cpu]: out of memory (TFB_TEST_DEVICE_MEMORY_MIB): asked for %.3f GiB with "
+                "%.3f GiB free of %.3f GiB\n", tfb_log_rank, rounded / 1073741824.0,
+                (c->limit - c->in_use) / 1073741824.0, c->limit / 1073741824.0);
+        return NULL;
+    }
     if (rounded > SIZE_MAX - HEADER || posix_memalign(&p, 64, rounded + HEADER) != 0) return NULL;
     memset(p, 0, rounded + HEADER);
     *(size_t *)p = rounded;
@@ -140,6 +148,8 @@ tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out) {
                         .mem_stats = cpu_mem_stats,
                         .copy_h2d = cpu_copy, .copy_d2h = cpu_copy, .copy_d2d = cpu_copy, .fill = cpu_fill,
                         .sync = cpu_sync, .gemm = cpu_gemm, .destroy = cpu_destroy};
+    const char *limit = getenv("TFB_TEST_DEVICE_MEMORY_MIB"); /* a CPU standing in for a GPU of this memory */
+    if (limit && atof(limit) > 0) be->device_memory_bytes = c->limit = (size_t)(atof(limit) * 1048576.0);
     tfb_cpu_ops_install(be);
     tfb_cpu_conv_install(be);
     tfb_cpu_shard_install(be);
