@@ -61,13 +61,15 @@ tfb_power_meter *tfb_energy_open(tfb_comm *job, int node, const tfb_backend *be,
 }
 
 void tfb_energy_finish(tfb_comm *job, tfb_power_meter *m, tfb_run_record *rec) {
-    double f[2] = {0, 0};   /* joules, peak W */
+    double f[4] = {0, 0, 0, 0};   /* joules, peak W, SM clock sum, meters with a clock */
     int samples = 1 << 30, every = rec->energy_j >= 0;
     long thr = 0;
     if (m) tfb_power_stop(m, &f[0], &f[1], &samples, &thr);
+    f[2] = tfb_power_mean_clock_mhz(m);
+    f[3] = f[2] > 0;
     double known = m && thr >= 0 ? 1 : m ? 0 : 1, events = thr > 0 ? (double)thr : 0;
     tfb_power_close(m);
-    if (job->allreduce(job, f, 2, TFB_COMM_F64, TFB_SUM) != TFB_OK ||
+    if (job->allreduce(job, f, 4, TFB_COMM_F64, TFB_SUM) != TFB_OK ||
         job->allreduce(job, &samples, 1, TFB_COMM_I32, TFB_MIN) != TFB_OK ||
         job->allreduce(job, &known, 1, TFB_COMM_F64, TFB_MIN) != TFB_OK ||
         job->allreduce(job, &events, 1, TFB_COMM_F64, TFB_SUM) != TFB_OK) {
@@ -79,5 +81,6 @@ void tfb_energy_finish(tfb_comm *job, tfb_power_meter *m, tfb_run_record *rec) {
     rec->energy_j = f[0];
     rec->energy_peak_w = f[1];
     rec->energy_samples = samples;
+    rec->energy_clock_mhz = f[3] > 0 ? f[2] / f[3] : 0;
     rec->throttle_events = known > 0 ? (long)events : -1;
 }

@@ -32,6 +32,7 @@ struct tfb_power_meter {
     long thr_mark, thr_events;
     tfb_nvml *nvml;                         /* a GPU meter: NVML's board energy counter of GPU `gpu` (else RAPL) */
     int gpu;
+    double clock_sum;                       /* GPU: SM clock (MHz) summed over the in-window samples */
     unsigned long long last_mj;
 };
 
@@ -149,6 +150,7 @@ static void gpu_counter_read(tfb_power_meter *m) {
 static void gpu_throttle_sample(tfb_power_meter *m) {
     char text[160];
     tfb_nvml_refresh(m->nvml, m->gpu);
+    m->clock_sum += tfb_nvml_gpu_info(m->nvml, m->gpu)->sm_mhz;
     if (tfb_nvml_throttle_text(tfb_nvml_gpu_info(m->nvml, m->gpu)->throttle, text, sizeof text)[0]) m->thr_events++;
 }
 
@@ -243,6 +245,10 @@ void tfb_power_stop(tfb_power_meter *m, double *joules, double *peak_w, int *sam
 }
 
 const char *tfb_power_source(const tfb_power_meter *m) { return m ? m->source : "none"; }
+
+double tfb_power_mean_clock_mhz(const tfb_power_meter *m) {
+    return m && m->nvml && m->samples > 0 ? m->clock_sum / m->samples : 0;
+}
 
 void tfb_power_close(tfb_power_meter *m) {
     if (!m) return;

@@ -27,6 +27,8 @@ void tfb_power_window_end(tfb_power_meter *m);
 void tfb_power_stop(tfb_power_meter *m, double *joules, double *peak_w, int *samples, long *throttled);
 /* Words for the source: "RAPL package energy, 2 packages (whole sockets)". */
 const char *tfb_power_source(const tfb_power_meter *m);
+/* GPU meters: the mean SM clock over the sampling intervals inside windows, MHz (0: a CPU meter or no sample). */
+double tfb_power_mean_clock_mhz(const tfb_power_meter *m);
 void tfb_power_close(tfb_power_meter *m);
 
 #endif

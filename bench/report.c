@@ -50,8 +50,10 @@ static void energy_lines(FILE *f, const tfb_run_record *recs, int n) {
         if (r->throttle_events >= 0)
             snprintf(thr, sizeof thr, "%ld %s", r->throttle_events,
                      strncmp(r->energy_source, "NVML", 4) == 0 ? "GPU-seconds clock-throttled" : "package throttle events");
-        fprintf(f, "  %-8s %2d: %.1f W mean, %.4g J/sample, %.4g samples/kWh, %s\n", r->strategy, r->ranks,
-                r->energy_j / s.window_s, r->energy_j / s.samples, s.samples * 3.6e6 / r->energy_j, thr);
+        char clk[48] = "";
+        if (r->energy_clock_mhz > 0) snprintf(clk, sizeof clk, ", SM clock %.0f MHz mean", r->energy_clock_mhz);
+        fprintf(f, "  %-8s %2d: %.1f W mean, %.4g J/sample, %.4g samples/kWh, %s%s\n", r->strategy, r->ranks,
+                r->energy_j / s.window_s, r->energy_j / s.samples, s.samples * 3.6e6 / r->energy_j, thr, clk);
     }
 }
 

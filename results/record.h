@@ -74,6 +74,7 @@ typedef struct {
     double energy_j;             /* < 0: not measured (energy_why says why) */
     double energy_peak_w;        /* sum over nodes of each node's highest power over a 1 s sampling interval */
     int energy_samples;          /* 1 s sampling intervals inside the windows (fewest of any node) */
+    double energy_clock_mhz;     /* GPU meters: mean SM clock over those intervals, averaged over GPUs (0: none) */
     long throttle_events;        /* CPU package throttle events during the windows; -1: not readable */
     char energy_source[96], energy_why[200];
     uint64_t *param_checksum;    /* [ranks] FNV-1a of the FP32 master weights after the run */

@@ -137,6 +137,7 @@ static cJSON *energy_json(const tfb_run_record *r, const tfb_run_summary *s) {
     cJSON_AddNumberToObject(e, "mean_w", r->energy_j / s->window_s);
     cJSON_AddItemToObject(e, "peak_w_1s", r->energy_samples > 0 ? cJSON_CreateNumber(r->energy_peak_w) : cJSON_CreateNull());
     cJSON_AddNumberToObject(e, "sampling_intervals", r->energy_samples);
+    if (r->energy_clock_mhz > 0) cJSON_AddNumberToObject(e, "sm_clock_mhz_mean", r->energy_clock_mhz);
     cJSON_AddNumberToObject(e, "joules_per_sample", r->energy_j / s->samples);
     cJSON_AddNumberToObject(e, "samples_per_kwh", s->samples * 3.6e6 / r->energy_j);
     cJSON_AddItemToObject(e, "throttle_events", r->throttle_events >= 0 ? cJSON_CreateNumber((double)r->throttle_events)

@@ -7,7 +7,8 @@
 #      also bert-tiny tensor and pipeline parallel on two ranks against the CPU backend on two ranks, and
 #      `tfbench links --device cuda` on two ranks (NCCL collectives on GPU buffers, every result checked);
 #   4. a short benchmark on one GPU: bert-large and resnet50 in FP32, TF32 and FP16, samples/s and MFU, and the
-#      allocator's measured peak beside the planned memory (what `tfbench estimate` predicts).
+#      allocator's measured peak beside the planned memory (what `tfbench estimate` predicts): the peak must lie
+#      between the plan and the plan plus the 1 GiB the estimate reserves for cuDNN workspaces and staging.
 # Ends with one compact table; logs and results files go to $OUT (default build/gpu-check). Exit 0 when every check
 # passed, 1 otherwise, 2 when there is no usable GPU. Needs what `make` needs (MPI, OpenBLAS, cJSON, hwloc, CUDA).
 # GPU_CHECK_DEVICE=cpu runs the whole script with the CPU backend standing in for the GPU (to check the script
@@ -101,8 +102,11 @@ import json, sys
 c = json.load(open(sys.argv[1]))['configurations'][0]
 s = c['summary']
 g = c['config']
+peak, plan = g['memory_peak_bytes_per_rank'], g['memory_planned_bytes_per_rank']
+fits = plan <= peak <= plan + 2**30  # the plan, plus what the estimate reserves for library workspaces
 print(f\"{g['global_batch']} | {s['throughput_samples_per_s']:.1f} | {100 * s['mfu']:.1f}% | \"
-      f\"{g['memory_peak_bytes_per_rank'] / 2**30:.2f} / {g['memory_planned_bytes_per_rank'] / 2**30:.2f} | {s['peak_source']}\")" "$json") |")
+      f\"{peak / 2**30:.2f} / {plan / 2**30:.2f} {'ok' if fits else 'FAIL'} | {s['peak_source']}\")" "$json") |")
+            case ${bench_rows[-1]} in *FAIL*) status=1 ;; esac
         else
             bench_rows+=("| $model | $prec | - | failed: $(tail -1 "${json%.json}.log") | | | |")
             status=1

@@ -105,6 +105,7 @@ static void test_bad_files(void) {
 }
 
 /* One window of about 1.3 s over the stub's GPU at 0000:28:00.0. */
+static double last_clock;
 static void gpu_meter_window(double *joules, double *seconds, double *peak, int *samples, long *throttled) {
     char why[200] = "";
     tfb_power_meter *m = tfb_power_open_gpu(0, 0x28, 0, why, sizeof why);
@@ -122,6 +123,7 @@ static void gpu_meter_window(double *joules, double *seconds, double *peak, int 
     tfb_power_window_end(m);
     *seconds = tfb_clock_s() - t0;
     tfb_power_stop(m, joules, peak, samples, throttled);
+    last_clock = tfb_power_mean_clock_mhz(m);
     tfb_power_close(m);
 }
 
@@ -136,6 +138,7 @@ static void test_gpu_meter(const char *stub) {
     EXPECT("gpu_meter_energy_is_300w_times_window", fabs(j / s - 300.0) < 15.0, "%.1f J over %.3f s", j, s);
     EXPECT("gpu_meter_peak_300w_no_throttle", samples >= 1 && fabs(peak - 300.0) < 15.0 && thr == 0,
            "peak %.1f W over %d samples, %ld throttled", peak, samples, thr);
+    EXPECT("gpu_meter_mean_sm_clock", last_clock == 1755.0, "%.1f MHz (the stub reports 1755)", last_clock);
     setenv("FAKE_NVML_THROTTLE", "0x4", 1); /* software power cap */
     gpu_meter_window(&j, &s, &peak, &samples, &thr);
     EXPECT("gpu_meter_counts_throttled_seconds", samples >= 1 && thr == samples, "%ld of %d", thr, samples);
