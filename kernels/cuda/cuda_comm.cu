@@ -1,8 +1,9 @@
 /* cuda_comm.cu — a communicator for the CUDA backend: NCCL for buffers in GPU memory, the wrapped MPI communicator
  * for host buffers, behind the one tfb_comm interface (bench/comm.h), so no caller chooses a transport.
  *
- * Each communicator (the world and every split) owns an NCCL communicator of the same ranks, bootstrapped over MPI
- * (its rank 0 makes the id and broadcasts it), and a communication stream. Every NCCL operation first waits for
+ * Each communicator (the world and every split) of two or more ranks owns an NCCL communicator of the same ranks,
+ * bootstrapped over MPI (its rank 0 makes the id and broadcasts it), and a communication stream; a one-rank
+ * communicator has none, and its device collectives are copies or nothing. Every NCCL operation first waits for
  * the work already queued on the compute stream (an event), so it sees the gradients the backward pass wrote;
  * blocking operations then wait on the host for completion while polling ncclCommGetAsyncError, so a peer that
  * died or an NCCL failure ends the operation with a message naming the rank and the operation, and a peer that
@@ -24,7 +25,7 @@ extern "C" {
 
 typedef struct {
     tfb_comm *host;        /* the MPI communicator of the same ranks: host buffers, bootstrap, barrier */
-    ncclComm_t nccl;
+    ncclComm_t nccl;       /* NULL for a one-rank communicator */
     cudaStream_t stream;   /* communication stream */
     cuda_ctx *be;          /* the compute stream's owner */
     cudaEvent_t ready;     /* compute work queued so far, for the communication stream to wait on */
@@ -33,7 +34,7 @@ typedef struct {
 typedef struct {
     int on_host;
     tfb_comm_request *host_req;
-    cudaEvent_t done;
+    cudaEvent_t done;      /* NULL: nothing to wait for (a one-rank communicator) */
 } nccl_request;
 
 static tfb_status nccl_check(ncclResult_t r, const char *call, const char *file, int line) {
@@ -108,9 +109,19 @@ static tfb_status complete(tfb_comm *c, const char *what) {
     return st;
 }
 
+static size_t type_size(tfb_comm_type t) { return t == TFB_COMM_F32 || t == TFB_COMM_I32 ? 4 : 8; }
+
+/* A one-rank communicator has no NCCL communicator: its collectives are copies (or nothing), on the compute stream. */
+static tfb_status alone_copy(nccl_comm *n, void *dst, const void *src, size_t count, tfb_comm_type t) {
+    if (dst != src && count)
+        TFB_CHECK_CUDA(cudaMemcpyAsync(dst, src, count * type_size(t), cudaMemcpyDeviceToDevice, n->be->stream));
+    return TFB_OK;
+}
+
 static tfb_status nc_allreduce(tfb_comm *c, void *buf, size_t count, tfb_comm_type t, tfb_comm_op op) {
     nccl_comm *n = ctx_of(c);
     if (!on_device(buf)) return n->host->allreduce(n->host, buf, count, t, op);
+    if (!n->nccl) return TFB_OK;
     TFB_TRY(after_compute(n));
     TFB_CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), n->nccl, n->stream));
     return complete(c, "all-reduce");
@@ -126,6 +137,7 @@ static tfb_status nc_iallreduce(tfb_comm *c, void *buf, size_t count, tfb_comm_t
         r->on_host = 1;
         return n->host->iallreduce(n->host, buf, count, t, op, &r->host_req);
     }
+    if (!n->nccl) return TFB_OK; /* one rank: done already (no event) */
     TFB_TRY(after_compute(n));
     TFB_CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), n->nccl, n->stream));
     TFB_CHECK_CUDA(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
@@ -140,6 +152,7 @@ static tfb_status nc_test(tfb_comm *c, tfb_comm_request *req, int *done) {
         if (*done) free(r);
         return TFB_OK;
     }
+    if (!r->done) { *done = 1; free(r); return TFB_OK; }
     cudaError_t e = cudaEventQuery(r->done);
     *done = e == cudaSuccess;
     if (e != cudaSuccess && e != cudaErrorNotReady) TFB_CHECK_CUDA(e);
@@ -153,8 +166,8 @@ static tfb_status nc_test(tfb_comm *c, tfb_comm_request *req, int *done) {
 static tfb_status nc_wait(tfb_comm *c, tfb_comm_request *req) {
     nccl_request *r = (nccl_request *)req;
     tfb_status st = r->on_host ? ctx_of(c)->host->wait(ctx_of(c)->host, r->host_req)
-                               : finish(c, r->done, "all-reduce");
-    if (!r->on_host) cudaEventDestroy(r->done);
+                    : r->done  ? finish(c, r->done, "all-reduce") : TFB_OK;
+    if (r->done) cudaEventDestroy(r->done);
     free(r);
     return st;
 }
@@ -164,6 +177,7 @@ static tfb_status nc_allgather(tfb_comm *c, const void *send, void *recv, size_t
     int dev;
     TFB_TRY(same_side(send, recv, "all-gather", &dev));
     if (!dev) return n->host->allgather(n->host, send, recv, count, t);
+    if (!n->nccl) return alone_copy(n, recv, send, count, t);
     TFB_TRY(after_compute(n));
     TFB_CHECK_NCCL(ncclAllGather(send, recv, count, nccl_type(t), n->nccl, n->stream));
     return complete(c, "all-gather");
@@ -174,6 +188,7 @@ static tfb_status nc_reduce_scatter(tfb_comm *c, const void *send, void *recv, s
     int dev;
     TFB_TRY(same_side(send, recv, "reduce-scatter", &dev));
     if (!dev) return n->host->reduce_scatter(n->host, send, recv, count, t);
+    if (!n->nccl) return alone_copy(n, recv, send, count, t);
     TFB_TRY(after_compute(n));
     TFB_CHECK_NCCL(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, n->nccl, n->stream));
     return complete(c, "reduce-scatter");
@@ -182,6 +197,7 @@ static tfb_status nc_reduce_scatter(tfb_comm *c, const void *send, void *recv, s
 static tfb_status nc_bcast(tfb_comm *c, void *buf, size_t count, tfb_comm_type t, int root) {
     nccl_comm *n = ctx_of(c);
     if (!on_device(buf)) return n->host->bcast(n->host, buf, count, t, root);
+    if (!n->nccl) return TFB_OK;
     TFB_TRY(after_compute(n));
     TFB_CHECK_NCCL(ncclBroadcast(buf, buf, count, nccl_type(t), root, n->nccl, n->stream));
     return complete(c, "broadcast");
@@ -209,6 +225,7 @@ static tfb_status nc_sendrecv(tfb_comm *c, const void *send, size_t ns, int to, 
     int dev = nr ? on_device(recv) : on_device(send);
     if (ns && nr) TFB_TRY(same_side(send, recv, "send/receive", &dev));
     if (!dev) return n->host->sendrecv(n->host, send, ns, to, recv, nr, from, t, tag);
+    if (!n->nccl) return alone_copy(n, recv, send, nr < ns ? nr : ns, t); /* to and from itself */
     TFB_TRY(after_compute(n));
     TFB_CHECK_NCCL(ncclGroupStart());
     if (ns) TFB_CHECK_NCCL(ncclSend(send, ns, nccl_type(t), to, n->nccl, n->stream));
@@ -255,6 +272,7 @@ static tfb_status nc_split(tfb_comm *c, int color, int key, tfb_comm **out) {
 /* NCCL communicator of host's ranks: host rank 0 makes the id, every rank joins (collective over host). */
 static tfb_status nccl_open(nccl_comm *n) {
     ncclUniqueId id;
+    if (n->host->size == 1) return TFB_OK;
     memset(&id, 0, sizeof id);
     if (n->host->rank == 0) TFB_CHECK_NCCL(ncclGetUniqueId(&id));
     TFB_TRY(n->host->bcast(n->host, &id, sizeof id / 8, TFB_COMM_U64, 0));
