@@ -1,17 +1,16 @@
 /* gpu_bw.c — see gpu_bw.h. Driver API signatures are declared here (CUresult and CUdevice are ints, contexts and
  * streams pointers, a device pointer an unsigned 64-bit integer), so no CUDA header is needed to build it. Every
  * figure is bytes moved over the host time from the first queued copy to the synchronisation after the last. */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "gpu_bw.h"
 #include "deadline.h"
+#include "gpu_probe.h"
 #include "../bench/clock.h"
 
 typedef unsigned long long devptr;
 typedef struct {
-    int (*cuInit)(unsigned);
     int (*cuDeviceGet)(int *, int);
     int (*cuDeviceCanAccessPeer)(int *, int, int);
     int (*cuDevicePrimaryCtxRetain)(void **, int);
@@ -41,26 +40,19 @@ typedef struct {
 } bw_job;
 
 static int driver_load(driver *cu, char *why, size_t len) {
-    const char *test = getenv("TFB_TEST_LIBCUDA");
-    void *h = dlopen(test && test[0] ? test : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) { snprintf(why, len, "no NVIDIA driver library (libcuda.so.1)"); return 0; }
-    const char *names[] = {"cuInit", "cuDeviceGet", "cuDeviceCanAccessPeer", "cuDevicePrimaryCtxRetain",
-                           "cuCtxSetCurrent", "cuCtxEnablePeerAccess", "cuCtxDisablePeerAccess", "cuMemAlloc_v2",
-                           "cuMemAllocHost_v2", "cuMemcpyPeerAsync", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2",
-                           "cuStreamCreate", "cuStreamSynchronize", "cuMemFree_v2", "cuMemFreeHost"};
-    void **slots[] = {(void **)&cu->cuInit, (void **)&cu->cuDeviceGet, (void **)&cu->cuDeviceCanAccessPeer,
-                      (void **)&cu->cuDevicePrimaryCtxRetain, (void **)&cu->cuCtxSetCurrent,
-                      (void **)&cu->cuCtxEnablePeerAccess, (void **)&cu->cuCtxDisablePeerAccess,
-                      (void **)&cu->cuMemAlloc, (void **)&cu->cuMemAllocHost, (void **)&cu->cuMemcpyPeerAsync,
-                      (void **)&cu->cuMemcpyHtoDAsync, (void **)&cu->cuMemcpyDtoHAsync, (void **)&cu->cuStreamCreate,
-                      (void **)&cu->cuStreamSynchronize, (void **)&cu->cuMemFree, (void **)&cu->cuMemFreeHost};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        *slots[i] = dlsym(h, names[i]);
-        if (!*slots[i]) { snprintf(why, len, "the driver lacks %s", names[i]); return 0; }
-    }
-    int err = cu->cuInit(0);
-    if (err) { snprintf(why, len, "cuInit failed (error %d)", err); return 0; }
-    return 1; /* the library stays loaded: a hung copy may still be inside it */
+    static const char *const names[] = {"cuDeviceGet", "cuDeviceCanAccessPeer", "cuDevicePrimaryCtxRetain",
+                                        "cuCtxSetCurrent", "cuCtxEnablePeerAccess", "cuCtxDisablePeerAccess",
+                                        "cuMemAlloc_v2", "cuMemAllocHost_v2", "cuMemcpyPeerAsync",
+                                        "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuStreamCreate",
+                                        "cuStreamSynchronize", "cuMemFree_v2", "cuMemFreeHost"};
+    void **const slots[] = {(void **)&cu->cuDeviceGet, (void **)&cu->cuDeviceCanAccessPeer,
+                            (void **)&cu->cuDevicePrimaryCtxRetain, (void **)&cu->cuCtxSetCurrent,
+                            (void **)&cu->cuCtxEnablePeerAccess, (void **)&cu->cuCtxDisablePeerAccess,
+                            (void **)&cu->cuMemAlloc, (void **)&cu->cuMemAllocHost, (void **)&cu->cuMemcpyPeerAsync,
+                            (void **)&cu->cuMemcpyHtoDAsync, (void **)&cu->cuMemcpyDtoHAsync,
+                            (void **)&cu->cuStreamCreate, (void **)&cu->cuStreamSynchronize, (void **)&cu->cuMemFree,
+                            (void **)&cu->cuMemFreeHost};
+    return tfb_driver_load(names, slots, (int)(sizeof names / sizeof names[0]), why, len);
 }
 
 /* Runs a driver call; on failure names it in j->failed and returns 0 from the calling function. */

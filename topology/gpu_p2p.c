@@ -1,19 +1,18 @@
 /* gpu_p2p.c — see gpu_p2p.h. Driver API signatures are declared here (CUresult and CUdevice are ints, a context
  * a pointer, a device pointer an unsigned 64-bit integer), so no CUDA header is needed to build it. */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "gpu_p2p.h"
 #include "deadline.h"
+#include "gpu_probe.h"
 #include "../bench/clock.h"
 
 enum { COPY_BYTES = 1 << 20, PEER_ACCESS_ALREADY_ENABLED = 704 };
 
 typedef unsigned long long devptr;
 typedef struct {
-    int (*cuInit)(unsigned);
     int (*cuDeviceGet)(int *, int);
     int (*cuDeviceCanAccessPeer)(int *, int, int);
     int (*cuDevicePrimaryCtxRetain)(void **, int);
@@ -37,23 +36,16 @@ typedef struct {
 } p2p_job;
 
 static int driver_load(driver *cu, char *why, size_t len) {
-    const char *test = getenv("TFB_TEST_LIBCUDA");
-    void *h = dlopen(test && test[0] ? test : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) { snprintf(why, len, "no NVIDIA driver library (libcuda.so.1)"); return 0; }
-    const char *names[] = {"cuInit", "cuDeviceGet", "cuDeviceCanAccessPeer", "cuDevicePrimaryCtxRetain",
-                           "cuDevicePrimaryCtxRelease_v2", "cuCtxSetCurrent", "cuCtxEnablePeerAccess", "cuMemAlloc_v2",
-                           "cuMemFree_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyPeer", "cuCtxSynchronize"};
-    void **slots[] = {(void **)&cu->cuInit, (void **)&cu->cuDeviceGet, (void **)&cu->cuDeviceCanAccessPeer, (void **)&cu->cuDevicePrimaryCtxRetain,
-                      (void **)&cu->cuDevicePrimaryCtxRelease, (void **)&cu->cuCtxSetCurrent, (void **)&cu->cuCtxEnablePeerAccess,
-                      (void **)&cu->cuMemAlloc, (void **)&cu->cuMemFree, (void **)&cu->cuMemcpyHtoD, (void **)&cu->cuMemcpyDtoH,
-                      (void **)&cu->cuMemcpyPeer, (void **)&cu->cuCtxSynchronize};
-    for (int i = 0; i < 13; i++) {
-        *slots[i] = dlsym(h, names[i]);
-        if (!*slots[i]) { snprintf(why, len, "the driver lacks %s", names[i]); return 0; }
-    }
-    int err = cu->cuInit(0);
-    if (err) { snprintf(why, len, "cuInit failed (error %d)", err); return 0; }
-    return 1; /* the library stays loaded: a hung copy may still be inside it */
+    static const char *const names[] = {"cuDeviceGet", "cuDeviceCanAccessPeer", "cuDevicePrimaryCtxRetain",
+                                        "cuDevicePrimaryCtxRelease_v2", "cuCtxSetCurrent", "cuCtxEnablePeerAccess",
+                                        "cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2",
+                                        "cuMemcpyPeer", "cuCtxSynchronize"};
+    void **const slots[] = {(void **)&cu->cuDeviceGet, (void **)&cu->cuDeviceCanAccessPeer,
+                            (void **)&cu->cuDevicePrimaryCtxRetain, (void **)&cu->cuDevicePrimaryCtxRelease,
+                            (void **)&cu->cuCtxSetCurrent, (void **)&cu->cuCtxEnablePeerAccess,
+                            (void **)&cu->cuMemAlloc, (void **)&cu->cuMemFree, (void **)&cu->cuMemcpyHtoD,
+                            (void **)&cu->cuMemcpyDtoH, (void **)&cu->cuMemcpyPeer, (void **)&cu->cuCtxSynchronize};
+    return tfb_driver_load(names, slots, (int)(sizeof names / sizeof names[0]), why, len);
 }
 
 /* Runs a driver call; on failure records "call: error N" in the pair and returns from the calling function. */

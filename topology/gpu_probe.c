@@ -70,6 +70,20 @@ void tfb_gpu_probe_run(tfb_gpu_probe *p) {
     dlclose(h);
 }
 
+int tfb_driver_load(const char *const *names, void **const *slots, int n, char *why, size_t len) {
+    const char *test = getenv("TFB_TEST_LIBCUDA");
+    void *h = dlopen(test && test[0] ? test : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) { snprintf(why, len, "no NVIDIA driver library (libcuda.so.1)"); return 0; }
+    for (int i = 0; i < n; i++) {
+        *slots[i] = dlsym(h, names[i]);
+        if (!*slots[i]) { snprintf(why, len, "the driver lacks %s", names[i]); return 0; }
+    }
+    cu_init_fn init = (cu_init_fn)dlsym(h, "cuInit");
+    int err = init ? init(0) : -1;
+    if (err) { snprintf(why, len, "cuInit failed (error %d)", err); return 0; }
+    return 1;
+}
+
 static void version_of(void *h, const char *which, char *out, size_t n) {
     int v = 0;
     if (strcmp(which, "cudart") == 0) {

@@ -39,5 +39,9 @@ void tfb_lib_probe_run(const char *which, tfb_lib_probe *out);
 /* dlopen of one of those libraries (NULL when none loads), soname gets which; TFB_TEST_LIBCUDART, TFB_TEST_LIBNCCL,
  * ... (the name upper-cased) load a stub instead. */
 void *tfb_lib_open(const char *which, char *soname, size_t len);
+/* The driver library (TFB_TEST_LIBCUDA, else libcuda.so.1) with names[i] resolved into *slots[i], then cuInit(0);
+ * 0 with the reason in why when it does not load, lacks a name or does not initialise. It stays loaded (a copy
+ * that hangs may still be inside it). */
+int tfb_driver_load(const char *const *names, void **const *slots, int n, char *why, size_t len);
 
 #endif

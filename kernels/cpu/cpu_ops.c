@@ -9,6 +9,7 @@
 #include "cpu.h"
 #include "../half.h"
 #include "../philox.h"
+#include "../act.h"
 
 #define COL_BLOCK 64
 
@@ -135,30 +136,17 @@ static tfb_status cpu_softmax_bwd(void *ctx, float *din, const float *dout, cons
     return TFB_OK;
 }
 
-/* GELU is the exact erf form (BERT's published GELU; PyTorch nn.GELU() default). */
-static inline float act_value(tfb_act act, float x) {
-    if (act == TFB_ACT_RELU) return x > 0.0f ? x : 0.0f;
-    return act == TFB_ACT_GELU ? 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)) : tanhf(x);
-}
-
-/* For ReLU the slope is read off the input or, equally, the output (both positive together). */
-static inline float act_slope(tfb_act act, float x) {
-    if (act == TFB_ACT_RELU) return x > 0.0f ? 1.0f : 0.0f;
-    if (act == TFB_ACT_TANH) { float t = tanhf(x); return 1.0f - t * t; }
-    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
-}
-
 static tfb_status cpu_act_fwd(void *ctx, tfb_act act, float *out, const float *in, size_t n) {
     (void)ctx;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = act_value(act, in[i]);
+    for (size_t i = 0; i < n; i++) out[i] = tfb_act_value((int)act, in[i]);
     return TFB_OK;
 }
 
 static tfb_status cpu_act_bwd(void *ctx, tfb_act act, float *din, const float *dout, const float *in, size_t n) {
     (void)ctx;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) din[i] = dout[i] * act_slope(act, in[i]);
+    for (size_t i = 0; i < n; i++) din[i] = dout[i] * tfb_act_slope((int)act, in[i]);
     return TFB_OK;
 }
 
@@ -190,7 +178,7 @@ static tfb_status cpu_bias_act_fwd(void *ctx, tfb_act act, float *out, float *pr
         for (int j = 0; j < h; j++) {
             size_t e = (size_t)i * h + j;
             pre[e] += bias[j];
-            out[e] = act_value(act, pre[e]);
+            out[e] = tfb_act_value((int)act, pre[e]);
         }
     return TFB_OK;
 }
@@ -206,7 +194,7 @@ static tfb_status cpu_act_bias_bwd(void *ctx, tfb_act act, float *din, float *db
         for (int i = 0; i < n; i++)
             for (int j = c0; j < c1; j++) {
                 size_t e = (size_t)i * h + j;
-                din[e] = dout[e] * act_slope(act, pre[e]);
+                din[e] = dout[e] * tfb_act_slope((int)act, pre[e]);
                 acc[j - c0] += din[e];
             }
         for (int j = c0; j < c1; j++) dbias[j] += acc[j - c0];

@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include "cuda_internal.h"
 #include "../philox.h"
+#include "../act.h"
 
 #define ROW_THREADS 256
 #define COL_TX 32
@@ -166,23 +167,12 @@ static tfb_status cuda_softmax_bwd(void *ctx, float *din, const float *dout, con
 
 /* ---- activations, bias, residual ---- */
 
-__device__ __forceinline__ float act_value(int act, float x) {
-    if (act == TFB_ACT_RELU) return x > 0.0f ? x : 0.0f;
-    return act == TFB_ACT_GELU ? 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)) : tanhf(x);
-}
-
-__device__ __forceinline__ float act_slope(int act, float x) {
-    if (act == TFB_ACT_RELU) return x > 0.0f ? 1.0f : 0.0f;
-    if (act == TFB_ACT_TANH) { float t = tanhf(x); return 1.0f - t * t; }
-    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
-}
-
 __global__ void k_act_fwd(int act, float *out, const float *in, size_t n) {
-    TFB_GRID_LOOP(i, n) out[i] = act_value(act, in[i]);
+    TFB_GRID_LOOP(i, n) out[i] = tfb_act_value(act, in[i]);
 }
 
 __global__ void k_act_bwd(int act, float *din, const float *dout, const float *in, size_t n) {
-    TFB_GRID_LOOP(i, n) din[i] = dout[i] * act_slope(act, in[i]);
+    TFB_GRID_LOOP(i, n) din[i] = dout[i] * tfb_act_slope(act, in[i]);
 }
 
 static tfb_status cuda_act_fwd(void *ctx, tfb_act act, float *out, const float *in, size_t n) {
@@ -233,7 +223,7 @@ __global__ void k_bias_act_fwd(int act, float *out, float *pre, const float *bia
     TFB_GRID_LOOP(i, n) {
         float v = pre[i] + bias[i % h];
         pre[i] = v;
-        out[i] = act_value(act, v);
+        out[i] = tfb_act_value(act, v);
     }
 }
 
@@ -252,7 +242,7 @@ __global__ void k_act_bias_bwd(int act, float *din, float *dbias, const float *d
     if (j < h)
         for (int i = blockIdx.y * COL_TY + threadIdx.y; i < n; i += gridDim.y * COL_TY) {
             size_t e = (size_t)i * h + j;
-            float d = dout[e] * act_slope(act, pre[e]);
+            float d = dout[e] * tfb_act_slope(act, pre[e]);
             din[e] = d;
             acc += d;
         }
