@@ -39,7 +39,7 @@ $(BUILD)/%.o: %.c $(BUILD)/config.h $(wildcard kernels/*.h kernels/cpu/*.h bench
 	$(CC) $(CFLAGS) -c $< -o $@
 
 # CUDA device code: machine code per architecture and PTX for the newest (config.mk's NVCC_GENCODE).
-NVCC_FLAGS := -std=c++17 -O3 -I$(BUILD) $(NVCC_GENCODE) -Xcompiler -Wall,-Wextra,-fPIC --expt-relaxed-constexpr
+NVCC_FLAGS := -std=c++17 -O3 -I$(BUILD) $(NVCC_INCLUDES) $(NVCC_GENCODE) -Xcompiler -Wall,-Wextra,-fPIC --expt-relaxed-constexpr
 $(BUILD)/%.o: %.cu $(BUILD)/config.h $(wildcard kernels/*.h kernels/cuda/*.h bench/comm.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
@@ -81,6 +81,7 @@ sanitize: deps
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 TFB_BUILD=build-sanitize tests/run.sh
 
 # The CUDA backend against the CPU backend, training steps and a short benchmark, on a machine with a GPU.
+# DEBS=DIR: packages saved by `scripts/offline-deps.sh fetch`, unpacked when the machine lacks MPI and the rest.
 gpu-check:
 	scripts/gpu-check.sh
 

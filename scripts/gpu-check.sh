@@ -13,11 +13,47 @@
 # passed, 1 otherwise, 2 when there is no usable GPU. Needs what `make` needs (MPI, OpenBLAS, cJSON, hwloc, CUDA).
 # GPU_CHECK_DEVICE=cpu runs the whole script with the CPU backend standing in for the GPU (to check the script
 # itself) and GPU_CHECK_BENCH names the benchmark's models (default "bert-large resnet50").
+# On a machine without a package registry: DEBS=DIR names the packages `scripts/offline-deps.sh fetch` saved, used
+# when mpicc is missing; cuDNN and NCCL are taken from Python's nvidia-cudnn/nvidia-nccl packages when the toolkit
+# has neither (CUDNN_HOME and NCCL_HOME name other places).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-build/gpu-check}
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+
+# MPI, OpenBLAS, cJSON and hwloc unpacked from DEBS when this machine lacks them.
+if ! mpicc --version >/dev/null 2>&1 && [ -n "${DEBS:-}" ]; then
+    scripts/offline-deps.sh unpack "$DEBS" build/deps >"$out/deps.log" 2>&1 || { cat "$out/deps.log"; exit 1; }
+    # shellcheck disable=SC1091
+    . build/deps/env.sh
+fi
+
+# A library the toolkit lacks, from a Python package: build/ext/NAME gets include/ and lib/ (with the unversioned
+# name the linker needs) pointing into it, VAR (CUDNN_HOME, NCCL_HOME) names that folder, and the package's own
+# folder joins LD_LIBRARY_PATH (cuDNN loads its parts from there).
+use_python_lib() { # name (cudnn, nccl) library (libcudnn) VAR
+    local pkg home=build/ext/$1 f roots
+    roots=$(python3 -c "import nvidia; print(' '.join(nvidia.__path__))" 2>/dev/null) || return 1
+    # shellcheck disable=SC2086
+    f=$(find $roots -maxdepth 4 -name "$1.h" -path '*/include/*' 2>/dev/null | head -1)
+    [ -n "$f" ] || return 1
+    pkg=$(realpath "$(dirname "$f")/..")
+    [ -d "$pkg/lib" ] || return 1
+    mkdir -p "$home/lib"
+    ln -sfn "$pkg/include" "$home/include"
+    for f in "$pkg/lib/$2".so*; do ln -sf "$f" "$home/lib/$(basename "$f")"; done
+    f=$(find "$pkg/lib" -maxdepth 1 -name "$2.so.*" | sort | head -1)
+    [ -n "$f" ] && [ ! -e "$home/lib/$2.so" ] && ln -sf "$f" "$home/lib/$2.so"
+    export LD_LIBRARY_PATH="$pkg/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export "$3=$(realpath "$home")"
+}
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+[ -z "${CUDNN_HOME:-}" ] && [ ! -f "$cuda_home/include/cudnn.h" ] && use_python_lib cudnn libcudnn CUDNN_HOME
+[ -z "${NCCL_HOME:-}" ] && [ ! -f "$cuda_home/include/nccl.h" ] && use_python_lib nccl libnccl NCCL_HOME
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+echo "gpu-check: GPU ${gpu:-none (no nvidia-smi)}; mpicc $(command -v mpicc || echo missing);" \
+    "cuDNN ${CUDNN_HOME:-in $cuda_home}; NCCL ${NCCL_HOME:-in $cuda_home}"
 arch=${CUDA_ARCHS:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')}
 start=$(date +%s)
 if ! make --no-print-directory CUDA_ARCHS="${arch:-90}" -j"$(nproc)" all >"$out/build.log" 2>&1; then
