@@ -8,7 +8,7 @@
 #include <string.h>
 #include "cpu.h"
 #include "../half.h"
-#include "../philox.h"
+#include "../dropout.h"
 #include "../act.h"
 
 #define COL_BLOCK 64
@@ -209,21 +209,12 @@ static tfb_status cpu_residual_add(void *ctx, float *out, const float *a, const 
     return TFB_OK;
 }
 
-/* One Philox block serves four consecutive global indices; each group is handled by one thread. */
+/* One thread per group of four global indices (kernels/dropout.h). */
 static void dropout_apply(float *out, const float *in, size_t n, float p, tfb_dropout_key key) {
-    tfb_philox_key k = tfb_philox_key_make(key.seed, key.site);
-    float keep_scale = 1.0f / (1.0f - p);
-    uint64_t g0 = key.offset >> 2, g1 = (key.offset + n + 3) >> 2;
+    uint64_t g0, g1;
+    tfb_dropout_groups(key, n, &g0, &g1);
 #pragma omp parallel for schedule(static)
-    for (uint64_t g = g0; g < g1; g++) {
-        tfb_philox_ctr r = tfb_philox_block(k, g << 2, key.step);
-        for (int q = 0; q < 4; q++) {
-            uint64_t idx = (g << 2) + (uint64_t)q;
-            if (idx < key.offset || idx >= key.offset + n) continue;
-            size_t e = (size_t)(idx - key.offset);
-            out[e] = tfb_u32_to_unit(r.v[q]) >= p ? in[e] * keep_scale : 0.0f;
-        }
-    }
+    for (uint64_t g = g0; g < g1; g++) tfb_dropout_group(out, in, n, p, key, g);
 }
 
 static tfb_status cpu_dropout_fwd(void *ctx, float *out, const float *in, size_t n, float p, tfb_dropout_key key) {

@@ -12,7 +12,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include "cuda_internal.h"
-#include "../philox.h"
+#include "../dropout.h"
 #include "../act.h"
 
 #define ROW_THREADS 256
@@ -275,19 +275,9 @@ static tfb_status cuda_residual_add(void *ctx, float *out, const float *a, const
 /* ---- dropout: one Philox block per group of four global indices, as on the CPU ---- */
 
 __global__ void k_dropout(float *out, const float *in, size_t n, float p, tfb_dropout_key key) {
-    tfb_philox_key k = tfb_philox_key_make(key.seed, key.site);
-    float keep_scale = 1.0f / (1.0f - p);
-    uint64_t g0 = key.offset >> 2, groups = ((key.offset + n + 3) >> 2) - g0;
-    TFB_GRID_LOOP(t, groups) {
-        uint64_t g = g0 + t;
-        tfb_philox_ctr r = tfb_philox_block(k, g << 2, key.step);
-        for (int q = 0; q < 4; q++) {
-            uint64_t idx = (g << 2) + (uint64_t)q;
-            if (idx < key.offset || idx >= key.offset + n) continue;
-            size_t e = (size_t)(idx - key.offset);
-            out[e] = tfb_u32_to_unit(r.v[q]) >= p ? in[e] * keep_scale : 0.0f;
-        }
-    }
+    uint64_t g0, g1;
+    tfb_dropout_groups(key, n, &g0, &g1);
+    TFB_GRID_LOOP(t, g1 - g0) tfb_dropout_group(out, in, n, p, key, g0 + t);
 }
 
 static tfb_status cuda_dropout_fwd(void *ctx, float *out, const float *in, size_t n, float p, tfb_dropout_key key) {
