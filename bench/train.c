@@ -1,5 +1,7 @@
-/* train.c — see train.h. The timed loop synchronises the backend at every phase edge and reads only the monotonic
- * clock; everything else (reductions of the per-step arrays, checksums, dumps) happens outside the windows.
+/* train.c — see train.h. The timed loop synchronises the backend at the end of every step and at the window edges,
+ * and reads the monotonic clock there; phases inside a step are timed with the backend's marks (CUDA events on a
+ * GPU, so the device is not stopped at each phase edge). Everything else (reductions of the per-step arrays,
+ * checksums, dumps) happens outside the windows.
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +37,8 @@ typedef struct {
     tfb_power_meter *meter;           /* this node's energy counters while the steps run (NULL: not this rank) */
     tfb_op *ops;
     int n_ops, slots;
+    int *mark_phase;                  /* [n_ops + 4] the phase of the interval that mark k ends (k >= 1) */
+    int n_marks;                      /* marks recorded in this step */
     int *slot_of;                     /* [microbatches] activation set of each micro-batch, -1 when none */
     unsigned char *taken;             /* [slots] */
     float *tied_buf;                  /* (tied_numel) the other end's tied-embedding gradient */
@@ -65,9 +69,11 @@ static tfb_status build_schedule(train_ctx *t) {
     t->n_ops = tfb_schedule_build(s->schedule, s->pp, t->lay.pp_rank, M, t->ops);
     t->slots = tfb_schedule_in_flight(t->ops, t->n_ops);
     t->taken = calloc((size_t)t->slots, 1);
+    t->mark_phase = calloc((size_t)t->n_ops + 4, sizeof *t->mark_phase);
     TFB_CHECK_ALLOC(t->taken);
+    TFB_CHECK_ALLOC(t->mark_phase);
     for (int m = 0; m < M; m++) t->slot_of[m] = -1;
-    return TFB_OK;
+    return t->env->be->marks_reserve(t->env->be->ctx, t->n_ops + 4);
 }
 
 /* plan_only: a workload sized as the run's but without checkpointing, allocating nothing (the saving's baseline). */
@@ -236,19 +242,37 @@ static tfb_status compute(train_ctx *t, const tfb_op *op, int step, double *loss
     return TFB_OK;
 }
 
-/* Walks the schedule; ph gets forward, backward and pipeline-wait time. */
-static tfb_status run_schedule(train_ctx *t, int step, double *ph, double *loss_sum) {
+/* Phases are timed with the backend's marks (CUDA events on a GPU), not by stopping the device at every edge:
+ * step_mark closes the interval since the previous mark as `phase`; step_phases adds the intervals up once the
+ * step's closing sync has returned. */
+static tfb_status step_mark(train_ctx *t, int phase) {
     tfb_backend *be = t->env->be;
+    t->mark_phase[t->n_marks] = phase;
+    return be->mark(be->ctx, t->n_marks++);
+}
+
+static tfb_status step_phases(train_ctx *t, double ph[TFB_N_PHASES]) {
+    tfb_backend *be = t->env->be;
+    memset(ph, 0, TFB_N_PHASES * sizeof *ph);
+    for (int k = 1; k < t->n_marks; k++) {
+        double s = 0;
+        TFB_CHECK(be->mark_seconds(be->ctx, k - 1, k, &s));
+        ph[t->mark_phase[k]] += s;
+    }
+    return TFB_OK;
+}
+
+/* Walks the schedule, marking the end of each forward, backward and pipeline transfer. */
+static tfb_status run_schedule(train_ctx *t, int step, double *loss_sum) {
     for (int i = 0; i < t->n_ops; i++) {
         const tfb_op *op = &t->ops[i];
         int is_compute = op->kind == TFB_OP_FWD || op->kind == TFB_OP_BWD;
         tfb_watchdog_mark(op->kind == TFB_OP_FWD ? "forward" : op->kind == TFB_OP_BWD ? "backward"
                                                                                         : "a pipeline transfer", step);
-        double t0 = tfb_clock_s();
         TFB_CHECK(is_compute ? compute(t, op, step, loss_sum) : transfer(t, op));
-        TFB_CHECK(be->sync(be->ctx));
-        double dt = tfb_clock_s() - t0;
-        ph[op->kind == TFB_OP_FWD ? TFB_PHASE_FWD : op->kind == TFB_OP_BWD ? TFB_PHASE_BWD : TFB_PHASE_PIPE] += dt;
+        TFB_CHECK(step_mark(t, op->kind == TFB_OP_FWD   ? TFB_PHASE_FWD
+                               : op->kind == TFB_OP_BWD ? TFB_PHASE_BWD
+                                                        : TFB_PHASE_PIPE));
     }
     return TFB_OK;
 }
@@ -317,24 +341,21 @@ static tfb_status train_step(train_ctx *t, int step, double ph[TFB_N_PHASES], do
     tfb_backend *be = t->env->be;
     double loss_sum = 0;
     TFB_CHECK(inject_faults(t, step));
-    memset(ph, 0, TFB_N_PHASES * sizeof *ph);
     t->wl->tp_comm_s = t->wl->tp_bus_bytes = t->wl->recompute_s = 0;
-    double t0 = tfb_clock_s();
-    TFB_CHECK(be->fill(be->ctx, t->wl->grad_pool, 0.0f, t->wl->numel)); /* counted with the forward phase */
-    TFB_CHECK(be->sync(be->ctx));
-    ph[TFB_PHASE_FWD] = tfb_clock_s() - t0;
-    TFB_CHECK(run_schedule(t, step, ph, &loss_sum));
-    double t2 = tfb_clock_s();
+    t->n_marks = 0;
+    TFB_CHECK(step_mark(t, TFB_PHASE_FWD)); /* the step's start (mark 0 ends no interval) */
+    TFB_CHECK(be->fill(be->ctx, t->wl->grad_pool, 0.0f, t->wl->numel));
+    TFB_CHECK(step_mark(t, TFB_PHASE_FWD)); /* zeroing the gradients counts with the forward phase */
+    TFB_CHECK(run_schedule(t, step, &loss_sum));
     tfb_watchdog_mark("the gradient all-reduce", step);
     TFB_CHECK(tfb_ddp_finish(&t->ddp));
     TFB_CHECK(tied_exchange(t));
-    TFB_CHECK(be->sync(be->ctx));
-    double t3 = tfb_clock_s();
+    TFB_CHECK(step_mark(t, TFB_PHASE_COMM));
     tfb_watchdog_mark("the optimizer (finiteness all-reduce, update)", step);
     TFB_CHECK(optimizer_phase(t, step));
+    TFB_CHECK(step_mark(t, TFB_PHASE_OPT));
     TFB_CHECK(be->sync(be->ctx));
-    ph[TFB_PHASE_COMM] = t3 - t2;
-    ph[TFB_PHASE_OPT] = tfb_clock_s() - t3;
+    TFB_CHECK(step_phases(t, ph));
     t->tp_bytes = t->wl->tp_bus_bytes;
     int reports = t->wl->last_stage && t->lay.tp_rank == 0;
     *loss = reports ? loss_sum / t->s->microbatches : 0.0;
@@ -721,6 +742,7 @@ static void teardown(train_ctx *t) {
     free(t->ops);
     free(t->slot_of);
     free(t->taken);
+    free(t->mark_phase);
     tfb_grid_destroy(&t->lay);
 }
 

@@ -92,6 +92,13 @@ struct tfb_backend {
     tfb_status (*copy_d2d)(void *ctx, void *dst, const void *src, size_t bytes);
     tfb_status (*fill)(void *ctx, float *x, float value, size_t n);
     tfb_status (*sync)(void *ctx);                      /* all queued work finished */
+    /* Timing marks in stream order, so phases are timed without stopping the device at their edges: mark(i)
+     * records mark i (0 <= i < n of the last marks_reserve) when the work queued before it has run; mark_seconds
+     * gives the seconds from mark a to mark b once sync() has returned. CUDA events on a GPU; the host clock on the
+     * CPU backend, whose ops have finished when they return. */
+    tfb_status (*marks_reserve)(void *ctx, int n);
+    tfb_status (*mark)(void *ctx, int i);
+    tfb_status (*mark_seconds)(void *ctx, int a, int b, double *seconds);
     /* A communicator over the ranks of `host` that also moves this backend's memory (host buffers still go
      * through `host`, which stays the caller's); NULL when host's transport reads backend memory directly. */
     tfb_status (*comm_wrap)(void *ctx, struct tfb_comm *host, struct tfb_comm **out);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "../kernels/backend.h"
 #include "../kernels/half.h"
 
@@ -369,6 +370,37 @@ static void check_finite(void) {
     release(&x);
 }
 
+/* Timing marks: one around a large GEMM on the device must be positive and no longer than the host clock around the
+ * same work (queued after a sync, read after the next); the CPU backend's marks are the host clock. */
+static double host_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void check_marks(void) {
+    int n = 1024, ok = 1;
+    pair a = rand_f32((size_t)n * n, -1, 1), c = rand_f32((size_t)n * n, -1, 1);
+    double dev_s = 0, host_s = 0;
+    tfb_backend *be = G.be[1];
+    int b = 1;
+    tfb_gemm_desc d = {.m = n, .n = n, .k = n, .alpha = 1, .a = F(a), .lda = n, .b = F(a), .ldb = n, .c = F(c),
+                       .ldc = n, .batch = 1, .in_type = TFB_F32};
+    ok &= be->marks_reserve(be->ctx, 2) == TFB_OK && be->sync(be->ctx) == TFB_OK;
+    double t0 = host_now();
+    ok &= be->mark(be->ctx, 0) == TFB_OK && be->gemm(be->ctx, &d) == TFB_OK && be->mark(be->ctx, 1) == TFB_OK;
+    ok &= be->sync(be->ctx) == TFB_OK;
+    host_s = host_now() - t0;
+    ok &= be->mark_seconds(be->ctx, 0, 1, &dev_s) == TFB_OK && dev_s > 0 && dev_s <= host_s * 1.001 + 1e-6;
+    ok &= be->mark(be->ctx, 2) == TFB_ERR_ARG; /* past the reserved marks */
+    G.checks++;
+    G.failed += !ok;
+    printf("| %-26s | %-4s | %7.3f ms | %7.3f | %-4s |\n", "timing marks (vs host ms)", "fp32", dev_s * 1e3,
+           host_s * 1e3, ok ? "PASS" : "FAIL");
+    release(&a);
+    release(&c);
+}
+
 /* ---- convolutional-network ops ---- */
 
 static void check_batchnorm(void) {
@@ -437,6 +469,7 @@ static void gc_run_all(void) {
     check_cast(TFB_F16);
     check_cast(TFB_BF16);
     check_finite();
+    check_marks();
     check_batchnorm();
     check_pooling();
 }

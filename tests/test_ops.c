@@ -286,6 +286,20 @@ static void test_casts(void) {
     EXPECT("check_finite_finds_nan", before == 1 && ok == 0, "before %d after %d", before, ok);
 }
 
+/* ---- timing marks: the CPU backend's are the host clock, in order, and an index past the reserve is an error ---- */
+static void test_marks(void) {
+    double a = -1, b = -1, back = 1;
+    int ok = be->marks_reserve(be->ctx, 3) == TFB_OK && be->mark(be->ctx, 0) == TFB_OK;
+    volatile double sink = 0;
+    for (int i = 0; i < 2000000; i++) sink += i * 1e-9;
+    ok &= be->mark(be->ctx, 1) == TFB_OK && be->mark(be->ctx, 2) == TFB_OK;
+    ok &= be->mark_seconds(be->ctx, 0, 1, &a) == TFB_OK && be->mark_seconds(be->ctx, 1, 2, &b) == TFB_OK;
+    ok &= be->mark_seconds(be->ctx, 1, 0, &back) == TFB_OK;
+    EXPECT("marks_time_in_order", ok && a > 0 && b >= 0 && b < a && back == -a, "%g %g %g", a, b, back);
+    EXPECT("marks_past_reserve_rejected", be->mark(be->ctx, 3) == TFB_ERR_ARG &&
+                                              be->mark_seconds(be->ctx, 0, 3, &a) == TFB_ERR_ARG, "%s", "past 3");
+}
+
 /* ---- Philox4x32-10 known answers (Random123 kat_vectors) ---- */
 static void test_philox(void) {
     tfb_philox_ctr z = tfb_philox4x32_10((tfb_philox_ctr){{0, 0, 0, 0}}, (tfb_philox_key){{0, 0}});
@@ -316,6 +330,7 @@ int main(void) {
     test_adamw();
     test_casts();
     test_philox();
+    test_marks();
     be->destroy(be);
     return test_failures ? 1 : 0;
 }

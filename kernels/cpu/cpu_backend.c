@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cblas.h>
 #include <omp.h>
 #include "cpu.h"
@@ -19,6 +20,7 @@ typedef struct {
     size_t floats[TFB_CPU_SLOTS];
     size_t in_use, peak;             /* bytes held through alloc(), and the most held at once since the reset */
     size_t limit;                    /* test hook TFB_TEST_DEVICE_MEMORY_MIB: alloc() fails beyond it (0: none) */
+    double *marks; int n_marks;      /* timing marks: monotonic clock seconds (n_marks) */
 } cpu_ctx;
 
 enum { HEADER = 64 };                /* each block starts with its size, keeping the 64-byte alignment */
@@ -82,6 +84,34 @@ static tfb_status cpu_fill(void *ctx, float *x, float value, size_t n) {
 
 static tfb_status cpu_sync(void *ctx) { (void)ctx; return TFB_OK; }
 
+static tfb_status cpu_marks_reserve(void *ctx, int n) {
+    cpu_ctx *c = ctx;
+    if (n < 0) return TFB_ERR_ARG;
+    if (n <= c->n_marks) return TFB_OK;
+    double *m = realloc(c->marks, (size_t)n * sizeof *m);
+    TFB_CHECK_ALLOC(m);
+    c->marks = m;
+    c->n_marks = n;
+    return TFB_OK;
+}
+
+/* Every op has finished when it returns, so the mark is the clock now. */
+static tfb_status cpu_mark(void *ctx, int i) {
+    cpu_ctx *c = ctx;
+    if (i < 0 || i >= c->n_marks) return TFB_ERR_ARG;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    c->marks[i] = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return TFB_OK;
+}
+
+static tfb_status cpu_mark_seconds(void *ctx, int a, int b, double *seconds) {
+    cpu_ctx *c = ctx;
+    if (a < 0 || b < 0 || a >= c->n_marks || b >= c->n_marks) return TFB_ERR_ARG;
+    *seconds = c->marks[b] - c->marks[a];
+    return TFB_OK;
+}
+
 /* Extent in elements of one stored matrix of `rows` x `cols` (as stored) with leading dimension ld. */
 static size_t gemm_extent(int rows, int cols, int ld) { return (size_t)(rows - 1) * (size_t)ld + (size_t)cols; }
 
@@ -133,6 +163,7 @@ static tfb_status cpu_gemm(void *ctx, const tfb_gemm_desc *d) {
 static void cpu_destroy(tfb_backend *be) {
     cpu_ctx *c = be->ctx;
     for (int i = 0; i < TFB_CPU_SLOTS; i++) free(c->scratch[i]);
+    free(c->marks);
     free(c);
     free(be);
 }
@@ -147,7 +178,8 @@ tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out) {
     *be = (tfb_backend){.name = "cpu", .ctx = c, .threads = threads, .alloc = cpu_alloc, .free = cpu_free,
                         .mem_stats = cpu_mem_stats,
                         .copy_h2d = cpu_copy, .copy_d2h = cpu_copy, .copy_d2d = cpu_copy, .fill = cpu_fill,
-                        .sync = cpu_sync, .gemm = cpu_gemm, .destroy = cpu_destroy};
+                        .sync = cpu_sync, .marks_reserve = cpu_marks_reserve, .mark = cpu_mark,
+                        .mark_seconds = cpu_mark_seconds, .gemm = cpu_gemm, .destroy = cpu_destroy};
     const char *limit = getenv("TFB_TEST_DEVICE_MEMORY_MIB"); /* a CPU standing in for a GPU of this memory */
     if (limit && atof(limit) > 0) be->device_memory_bytes = c->limit = (size_t)(atof(limit) * 1048576.0);
     tfb_cpu_ops_install(be);

@@ -149,9 +149,38 @@ static tfb_status cuda_sync(void *ctx) {
     return TFB_OK;
 }
 
+static tfb_status cuda_marks_reserve(void *ctx, int n) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    if (n < 0) return TFB_ERR_ARG;
+    if (n <= c->n_marks) return TFB_OK;
+    cudaEvent_t *m = (cudaEvent_t *)realloc(c->marks, (size_t)n * sizeof *m);
+    TFB_CHECK_ALLOC(m);
+    c->marks = m;
+    for (; c->n_marks < n; c->n_marks++) TFB_CHECK_CUDA(cudaEventCreate(&c->marks[c->n_marks]));
+    return TFB_OK;
+}
+
+static tfb_status cuda_mark(void *ctx, int i) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    if (i < 0 || i >= c->n_marks) return TFB_ERR_ARG;
+    TFB_CHECK_CUDA(cudaEventRecord(c->marks[i], c->stream));
+    return TFB_OK;
+}
+
+static tfb_status cuda_mark_seconds(void *ctx, int a, int b, double *seconds) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    float ms = 0.0f;
+    if (a < 0 || b < 0 || a >= c->n_marks || b >= c->n_marks) return TFB_ERR_ARG;
+    TFB_CHECK_CUDA(cudaEventElapsedTime(&ms, c->marks[a], c->marks[b]));
+    *seconds = ms * 1e-3;
+    return TFB_OK;
+}
+
 static void cuda_destroy(tfb_backend *be) {
     cuda_ctx *c = (cuda_ctx *)be->ctx;
     cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < c->n_marks; i++) cudaEventDestroy(c->marks[i]);
+    free(c->marks);
     tfb_cuda_plans_free(c);
     for (int i = 0; i < c->n_allocs; i++) cudaFree(c->ptrs[i]);
     if (c->blas) cublasDestroy(c->blas);
@@ -227,6 +256,7 @@ extern "C" tfb_status tfb_cuda_backend_create(int device, tfb_backend **out, cha
     be->alloc = cuda_alloc; be->free = cuda_free; be->mem_stats = cuda_mem_stats;
     be->copy_h2d = cuda_copy_h2d; be->copy_d2h = cuda_copy_d2h; be->copy_d2d = cuda_copy_d2d;
     be->fill = cuda_fill; be->sync = cuda_sync; be->destroy = cuda_destroy;
+    be->marks_reserve = cuda_marks_reserve; be->mark = cuda_mark; be->mark_seconds = cuda_mark_seconds;
     be->comm_wrap = tfb_cuda_comm_wrap;
     tfb_cuda_blas_install(be);
     tfb_cuda_ops_install(be);

@@ -31,6 +31,7 @@ typedef struct {
     tfb_conv_plan *plans; int n_plans, cap_plans;
     void **ptrs; size_t *sizes; int n_allocs, cap_allocs;  /* live allocations, for mem_stats and free */
     size_t in_use, peak;
+    cudaEvent_t *marks; int n_marks;          /* timing marks (n_marks events, timing enabled) */
 } cuda_ctx;
 
 extern "C" void tfb_cuda_report(const char *call, const char *file, int line, const char *detail);
