@@ -15,9 +15,9 @@ rm -rf "$work/tfbench"
 git clone -q "$repo" "$work/tfbench"
 scripts_dir=$work/tfbench/scripts
 "$scripts_dir/offline-deps.sh" fetch "$work/debs"
-hide=(libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libopenblas0-openmp libopenblas-openmp-dev libopenblas-dev
-      libopenblas0 libopenblas0-pthread libopenblas-pthread-dev libcjson1 libcjson-dev libhwloc15 libhwloc-dev
-      libhwloc-plugins libpmix2 libpmix-dev)
+# Every package the bundle carries, and the other OpenBLAS builds: the offline machine has none of them.
+mapfile -t hide < <("$scripts_dir/offline-deps.sh" list)
+hide+=(libopenblas0 libopenblas-dev libopenblas0-pthread libopenblas-pthread-dev libhwloc-plugins)
 # Every installed file of those packages under /usr (directories stay: other packages share them).
 for p in "${hide[@]}"; do dpkg-query -L "$p" 2>/dev/null || true; done | grep '^/usr/' | sort -u |
     while read -r f; do [ -e "$f" ] && [ ! -d "$f" ] && echo "$f"; done >"$work/hidden.txt"

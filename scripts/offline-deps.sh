@@ -57,6 +57,19 @@ export LD_LIBRARY_PATH="$lib:$lib/openmpi/lib:$lib/openblas-openmp\${LD_LIBRARY_
 EOF
 }
 
+# Every library an unpacked library needs that is not in the library folder but lies elsewhere under the prefix
+# gets a link in the library folder.
+link_alternatives() {
+    local p=$1 lib=$1/usr/lib/x86_64-linux-gnu so f
+    for so in $(find "$p" -name '*.so*' -type f -exec readelf -d {} + 2>/dev/null |
+                sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u); do
+        [ -e "$lib/$so" ] || [ -e "$lib/openmpi/lib/$so" ] && continue
+        f=$(find "$p" -name "$so*" -type f | head -1)
+        [ -n "$f" ] && ln -sf "$f" "$lib/$so"
+    done
+    return 0
+}
+
 deps_unpack() {
     local dir=$1 prefix n=0
     mkdir -p "$2"
@@ -67,9 +80,11 @@ deps_unpack() {
         else ar p "$deb" data.tar.xz | tar -xJ -C "$prefix"; fi
         n=$((n + 1))
     done
-    # The names Debian's alternatives would create: mpicc, mpirun and mpiexec.
+    # The names Debian's alternatives would create: mpicc, mpirun and mpiexec, and libraries kept in a folder of
+    # their own (libpsm_infinipath.so.1, which libfabric needs).
     mkdir -p "$prefix/bin"
     for tool in mpicc mpirun mpiexec; do ln -sf "../usr/bin/$tool.openmpi" "$prefix/bin/$tool"; done
+    link_alternatives "$prefix"
     deps_env "$prefix" >"$prefix/env.sh"
     echo "offline-deps: $n packages unpacked under $prefix; source $prefix/env.sh"
 }
