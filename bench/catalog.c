@@ -21,6 +21,11 @@ int tfb_prec_parse(const char *s) {
 
 const char *tfb_prec_name(tfb_prec p) { return p >= 0 && p < TFB_N_PREC ? PREC_NAMES[p] : "?"; }
 
+tfb_prec tfb_prec_of(tfb_dtype gemm_type, int tf32) {
+    if (tf32) return TFB_PREC_TF32;
+    return gemm_type == TFB_F16 ? TFB_PREC_FP16 : gemm_type == TFB_BF16 ? TFB_PREC_BF16 : TFB_PREC_FP32;
+}
+
 static void copy_field(char *dst, size_t n, const char *src) { snprintf(dst, n, "%s", src); }
 
 /* "9.0" -> 90; -1 when not a compute capability. */
@@ -53,11 +58,7 @@ static tfb_status add_gpu(void *ctx, char **f, int n, int line, char *err, size_
     copy_field(g.gpu_link, sizeof g.gpu_link, f[10]);
     if (tfb_csv_number(f[11], 0, 0, 1e7, &g.link_gbs)) return bad(err, en, line, "bad link_gbs");
     copy_field(g.host_link, sizeof g.host_link, f[12]);
-    tfb_gpu_spec *grown = realloc(c->gpus, (size_t)(c->n_gpus + 1) * sizeof *grown);
-    TFB_CHECK_ALLOC(grown);
-    c->gpus = grown;
-    c->gpus[c->n_gpus++] = g;
-    return TFB_OK;
+    return TFB_CSV_APPEND(c->gpus, c->n_gpus, g);
 }
 
 static int yes_no(const char *s) { return strcmp(s, "yes") == 0 ? 1 : strcmp(s, "no") == 0 ? 0 : -1; }
@@ -80,11 +81,7 @@ static tfb_status add_arch(void *ctx, char **f, int n, int line, char *err, size
     if (tfb_csv_number(f[9], 0, 0, 1e6, &a.fp32_rate) || tfb_csv_number(f[10], 0, 0, 1e6, &a.fp16_rate))
         return bad(err, en, line, "bad per-SM rate");
     copy_field(a.note, sizeof a.note, f[11]);
-    tfb_gpu_arch *grown = realloc(c->archs, (size_t)(c->n_archs + 1) * sizeof *grown);
-    TFB_CHECK_ALLOC(grown);
-    c->archs = grown;
-    c->archs[c->n_archs++] = a;
-    return TFB_OK;
+    return TFB_CSV_APPEND(c->archs, c->n_archs, a);
 }
 
 tfb_status tfb_catalog_load(tfb_catalog *c, const char *dir, char *err, size_t n) {

@@ -6,6 +6,7 @@
 #ifndef TFB_CATALOG_H
 #define TFB_CATALOG_H
 #include <stddef.h>
+#include "../kernels/backend.h"
 #include "../kernels/check.h"
 
 typedef enum { TFB_PREC_FP32 = 0, TFB_PREC_TF32, TFB_PREC_FP16, TFB_PREC_BF16, TFB_PREC_FP8, TFB_N_PREC } tfb_prec;
@@ -45,6 +46,8 @@ void tfb_catalog_free(tfb_catalog *c);
 /* Parses "fp32", "tf32", "fp16", "bf16", "fp8"; -1 when none of them. */
 int tfb_prec_parse(const char *s);
 const char *tfb_prec_name(tfb_prec p);
+/* The catalog precision of a run: its GEMM input type, or TF32 when FP32 inputs are rounded (--precision tf32). */
+tfb_prec tfb_prec_of(tfb_dtype gemm_type, int tf32);
 /* The first catalog row whose words all appear in the device name (any case); NULL when none does. */
 const tfb_gpu_spec *tfb_catalog_find(const tfb_catalog *c, const char *device_name);
 const tfb_gpu_arch *tfb_catalog_arch(const tfb_catalog *c, int cc);

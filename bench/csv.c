@@ -27,6 +27,17 @@ int tfb_csv_split(char *line, char **fields, int max) {
     }
 }
 
+tfb_status tfb_csv_append(void *array_ptr, int *n, size_t size, const void *row) {
+    char *rows, *grown;
+    memcpy(&rows, array_ptr, sizeof rows); /* a T * read as bytes: no aliasing of T * through char * */
+    grown = realloc(rows, (size_t)(*n + 1) * size);
+    TFB_CHECK_ALLOC(grown);
+    memcpy(grown + (size_t)*n * size, row, size);
+    memcpy(array_ptr, &grown, sizeof grown);
+    (*n)++;
+    return TFB_OK;
+}
+
 tfb_status tfb_csv_number(const char *field, double empty, double lo, double hi, double *out) {
     if (!field[0]) { *out = empty; return TFB_OK; }
     char *end;

@@ -28,5 +28,9 @@ tfb_status tfb_csv_read_data(const char *dir, const char *name, const char *head
 void tfb_csv_data_dir(char *dir, size_t n);
 /* A number from a field: empty gives `empty`; anything not a finite number in [lo, hi] is an error. */
 tfb_status tfb_csv_number(const char *field, double empty, double lo, double hi, double *out);
+/* A row callback's last step: the array of rows (the T * that array_ptr points to, *n rows of `size` bytes) grows
+ * by one, a copy of *row. TFB_CSV_APPEND(array, n, row) passes the sizes. */
+tfb_status tfb_csv_append(void *array_ptr, int *n, size_t size, const void *row);
+#define TFB_CSV_APPEND(array, n, row) tfb_csv_append(&(array), &(n), sizeof *(array), &(row))
 
 #endif

@@ -51,11 +51,13 @@ tfb_power_meter *tfb_energy_open(tfb_comm *job, int node, const tfb_backend *be,
         return NULL;
     }
     unmeasured(rec, why[0] ? why : "not every node could read its energy counters");
-    if (have == need && need == nodes) {
-        rec->energy_j = 0;
-        snprintf(rec->energy_source, sizeof rec->energy_source, "%s", tfb_power_source(m));
-        rec->energy_why[0] = '\0';
+    if (have != need || need != nodes) { /* unmeasured: no sampling thread runs beside the steps */
+        tfb_power_close(m);
+        return NULL;
     }
+    rec->energy_j = 0;
+    snprintf(rec->energy_source, sizeof rec->energy_source, "%s", tfb_power_source(m));
+    rec->energy_why[0] = '\0';
     tfb_power_start(m);
     return m;
 }

@@ -193,10 +193,7 @@ int tfb_estimate_largest_batch(const tfb_options *o, const tfb_strategy *s, doub
     return largest_batch(&a, s, limit_bytes);
 }
 
-static int gpu_precision(const tfb_options *o) {
-    if (o->tf32) return TFB_PREC_TF32;
-    return o->gemm_type == TFB_F16 ? TFB_PREC_FP16 : o->gemm_type == TFB_BF16 ? TFB_PREC_BF16 : TFB_PREC_FP32;
-}
+static int gpu_precision(const tfb_options *o) { return tfb_prec_of(o->gemm_type, o->tf32); }
 
 static void print_catalog(const est_args *a, const tfb_strategy *list, int n, const tfb_gpu_spec *only) {
     double reserve = a->reserve_gib * 1073741824.0;

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include "links.h"
 #include "links_gpu.h"
+#include "job_backend.h"
 #include "clock.h"
 #include "comm.h"
 #include "../kernels/backend.h"
@@ -278,20 +279,9 @@ static tfb_status write_json(links_ctx *L) {
  * MPI for its buffers. Any rank that cannot open it stops them all with its reason. */
 static tfb_status links_backend(links_ctx *L) {
     int node, nodes, local_rank, local_size;
-    char why[320];
     tfb_comm_mpi_node(&node, &nodes, &local_rank, &local_size);
     tfb_backend_spec spec = {.name = L->o.device, .threads = 1, .local_rank = local_rank, .local_size = local_size};
-    int ok = tfb_backend_open(&spec, &L->be, why, sizeof why) == TFB_OK, all_ok = ok;
-    TFB_CHECK(L->w->allreduce(L->w, &all_ok, 1, TFB_COMM_I32, TFB_MIN));
-    if (!ok) fprintf(stderr, "tfbench links: --device %s (rank %d): %s\n", L->o.device, L->w->rank, why);
-    if (!all_ok) return TFB_ERR_ARG;
-    if (why[0] && L->w->rank == 0) fprintf(stderr, "tfbench links: --device %s: %s\n", L->o.device, why);
-    if (L->w->size > 1 && L->be->comm_wrap) {
-        tfb_comm *dev = NULL;
-        TFB_CHECK(L->be->comm_wrap(L->be->ctx, L->w, &dev));
-        L->w = dev;
-    }
-    return TFB_OK;
+    return tfb_job_backend_open(&spec, "tfbench links", &L->w, &L->be);
 }
 
 /* World rank 0 measures its node's GPU copies while the other ranks wait; a failed or hung copy is reported and

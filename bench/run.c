@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "run.h"
 #include "catalog.h"
+#include "job_backend.h"
 #include "comm.h"
 #include "options.h"
 #include "peak.h"
@@ -119,8 +120,7 @@ static tfb_status check_job(run_ctx *r, char *err, size_t len) {
 static tfb_status gpu_peak(run_ctx *r, double *tflops) {
     tfb_catalog cat;
     char err[400], how[200];
-    tfb_prec p = r->o.tf32 ? TFB_PREC_TF32 : r->o.gemm_type == TFB_F16 ? TFB_PREC_FP16
-                 : r->o.gemm_type == TFB_BF16 ? TFB_PREC_BF16 : TFB_PREC_FP32;
+    tfb_prec p = tfb_prec_of(r->o.gemm_type, r->o.tf32);
     if (tfb_catalog_load(&cat, NULL, err, sizeof err) != TFB_OK) {
         fprintf(stderr, "tfbench: %s (or give --peak-tflops)\n", err);
         return TFB_ERR_IO;
@@ -285,23 +285,11 @@ static tfb_status place_rank(run_ctx *r, int *threads) {
     return r->world->allgather(r->world, mine, r->rank_binding, BIND_TEXT / 8, TFB_COMM_U64);
 }
 
-/* Every rank opens its backend; if any rank cannot, every rank stops (each failing rank says why). A backend whose
- * memory MPI cannot read (a GPU's) wraps the world communicator, and every split of it, in its own transport. */
+/* Every rank opens its backend (the GPU of its node-local rank); any rank that cannot stops them all. */
 static tfb_status open_backend(run_ctx *r, int threads) {
-    char why[320];
     tfb_backend_spec spec = {.name = r->o.device, .threads = threads, .local_rank = r->local_rank,
                              .local_size = r->local_size, .allow_shared_gpu = r->o.allow_shared_gpu};
-    int ok = tfb_backend_open(&spec, &r->be, why, sizeof why) == TFB_OK, all_ok = ok;
-    TFB_CHECK(r->world->allreduce(r->world, &all_ok, 1, TFB_COMM_I32, TFB_MIN));
-    if (!ok) fprintf(stderr, "tfbench: --device %s (rank %d): %s\n", r->o.device, r->world->rank, why);
-    if (!all_ok) return TFB_ERR_ARG;
-    if (why[0] && r->world->rank == 0) fprintf(stderr, "tfbench: --device %s: %s\n", r->o.device, why);
-    if (r->world->size == 1 || !r->be->comm_wrap) return TFB_OK;
-    /* from here on every communicator moves backend memory too (NCCL for the CUDA backend) */
-    tfb_comm *dev = NULL;
-    TFB_CHECK(r->be->comm_wrap(r->be->ctx, r->world, &dev));
-    r->world = dev;
-    return TFB_OK;
+    return tfb_job_backend_open(&spec, "tfbench", &r->world, &r->be);
 }
 
 static tfb_status run_job(run_ctx *r) {

@@ -39,11 +39,7 @@ static tfb_status price_row(void *ctx, char **f, int n, int line, char *err, siz
         snprintf(err, len, "line %d: machine '%s' is listed twice", line, r.label);
         return TFB_ERR_ARG;
     }
-    tfb_price *grown = realloc(p->rows, (size_t)(p->n + 1) * sizeof *grown);
-    TFB_CHECK_ALLOC(grown);
-    p->rows = grown;
-    p->rows[p->n++] = r;
-    return TFB_OK;
+    return TFB_CSV_APPEND(p->rows, p->n, r);
 }
 
 tfb_status tfb_prices_load(tfb_prices *p, const char *path, char *err, size_t len) {
@@ -83,11 +79,7 @@ static tfb_status published_row(void *ctx, char **f, int n, int line, char *err,
     TFB_TRY(number_field(f[7], 1, 1 << 20, "gpus", line, &gpus, err, len));
     TFB_TRY(number_field(f[8], 1e-9, 1e12, "samples_per_s", line, &r.samples_per_s, err, len));
     r.seq_len = (int)seq, r.image_size = (int)image, r.batch = (int)batch, r.gpus = (int)gpus;
-    tfb_published *grown = realloc(s->rows, (size_t)(s->n + 1) * sizeof *grown);
-    TFB_CHECK_ALLOC(grown);
-    s->rows = grown;
-    s->rows[s->n++] = r;
-    return TFB_OK;
+    return TFB_CSV_APPEND(s->rows, s->n, r);
 }
 
 tfb_status tfb_published_load(tfb_published_set *s, const char *dir, char *err, size_t len) {
