@@ -293,6 +293,7 @@ static void plan_shared(tfb_mempool *p, bert_model *m) {
     tfb_mempool_add(p, (void **)&m->s.dqkv, N * 3 * W * 4);
     tfb_mempool_add(p, (void **)&m->s.datt, B * A * s * s * 4);
     tfb_mempool_add(p, (void **)&m->s.dff, N * (size_t)m->ctx.ffn * 4);
+    if (m->st.l1 > m->st.l0) tfb_mempool_add(p, (void **)&m->ctx.hm, 4 * N * W * 4); /* head-major attention */
     if (m->wc.checkpointing && m->st.l1 > m->st.l0) plan_layer_acts(p, m, &m->rc);
 }
 

@@ -1,7 +1,9 @@
 /* bert_layer.c — the kernel sequence of one post-LN encoder layer, forward and backward (see bert_layer.h).
  *
- * Attention runs as strided batched GEMMs over heads, one call per sample, reading Q, K and V in place from the
- * fused (N, 3H) projection. The softmax scale is applied inside the softmax op. No allocation happens here.
+ * Attention runs on head-major copies of Q, K and V (permuted out of the fused (N, 3H) projection into ctx->hm), so
+ * each of its GEMMs is one strided batched call over every (sample, head) pair, not one call per sample: the
+ * launch count per layer does not grow with the batch. The softmax scale is applied inside the softmax op. No
+ * allocation happens here.
  */
 #include <math.h>
 #include "bert_layer.h"
@@ -113,41 +115,77 @@ tfb_status bert_col_parallel_bwd(const bert_ctx *c, float *din, float *dw, float
 
 static uint32_t site_of(int layer, int place) { return (uint32_t)(layer + 1) * 8u + (uint32_t)place; }
 
-/* Dropout of attention probabilities, sample by sample: this rank's heads sit at global head tp_rank * A. */
+/* Dropout of attention probabilities. Without tensor parallelism the batch's (batch, A, s, s) block is contiguous in
+ * the global counter space and takes one call; a rank holding some of the heads takes one call per sample, its
+ * heads sitting at global head tp_rank * A. */
 static tfb_status attention_dropout(const bert_ctx *c, int layer, float *out, const float *in, int bwd) {
     int s = c->seq, A = c->heads, At = c->heads_total ? c->heads_total : A;
     size_t per_sample = (size_t)A * s * s;
-    for (int b = 0; b < c->batch; b++) {
+    int calls = At == A ? 1 : c->batch;
+    size_t n = At == A ? per_sample * c->batch : per_sample;
+    for (int b = 0; b < calls; b++) {
         uint64_t elem0 = ((c->sample0 + (uint64_t)b) * At + (uint64_t)c->tp_rank * A) * s * s;
         tfb_dropout_key k = bert_dropout_key(c, site_of(layer, SITE_ATT), elem0);
         size_t o = b * per_sample;
-        if (bwd) TFB_CHECK(c->be->dropout_bwd(c->be->ctx, out + o, in + o, per_sample, c->dropout, k));
-        else TFB_CHECK(c->be->dropout_fwd(c->be->ctx, out + o, in + o, per_sample, c->dropout, k));
+        if (bwd) TFB_CHECK(c->be->dropout_bwd(c->be->ctx, out + o, in + o, n, c->dropout, k));
+        else TFB_CHECK(c->be->dropout_fwd(c->be->ctx, out + o, in + o, n, c->dropout, k));
     }
     return TFB_OK;
 }
 
-/* ctx (N, Hl) = Dropout(softmax(Q K^T * scale)) V per sample and head; saves att and att_d. */
+/* Head-major views of attention: hm holds four (batch, A, s, d) blocks. q, k and v (part 0, 1, 2 of qkv's rows)
+ * go to blocks 0..2; block 3 is the context (or its gradient). */
+typedef struct {
+    float *q, *k, *v, *o; /* (batch, A, s, d) each */
+    int s, A, d, W;
+    size_t nw;            /* batch * s * W: elements of one block */
+} heads_view;
+
+static heads_view heads_of(const bert_ctx *c) {
+    int W = bert_ctx_local_width(c);
+    heads_view h = {.s = c->seq, .A = c->heads, .d = W / c->heads, .W = W, .nw = (size_t)c->batch * c->seq * W};
+    h.q = c->hm, h.k = c->hm + h.nw, h.v = c->hm + 2 * h.nw, h.o = c->hm + 3 * h.nw;
+    return h;
+}
+
+/* (N, W) token-major columns [col0, col0 + W) of rows ld apart -> (batch, A, s, d) head-major, and back. */
+static tfb_status to_heads(const bert_ctx *c, const heads_view *h, float *out, const float *in, int ld) {
+    return c->be->permute_0213(c->be->ctx, out, (size_t)h->s * h->d, in, (size_t)ld, c->batch, h->s, h->A, h->d);
+}
+static tfb_status from_heads(const bert_ctx *c, const heads_view *h, float *out, int ld, const float *in) {
+    return c->be->permute_0213(c->be->ctx, out, (size_t)ld, in, (size_t)h->s * h->d, c->batch, h->A, h->s, h->d);
+}
+
+/* q, k, v head-major from the saved qkv (N, 3W); their GEMM operands (cast into slot 0 in 16-bit runs) in *ops. */
+static tfb_status qkv_heads(const bert_ctx *c, const heads_view *h, const float *qkv, const void **ops) {
+    TFB_CHECK(to_heads(c, h, h->q, qkv, 3 * h->W));
+    TFB_CHECK(to_heads(c, h, h->k, qkv + h->W, 3 * h->W));
+    TFB_CHECK(to_heads(c, h, h->v, qkv + 2 * h->W, 3 * h->W));
+    return lp_act(c, 0, h->q, 3 * h->nw, ops);
+}
+
+/* One strided batched GEMM over all (sample, head) pairs: C_i = op(A_i) op(B_i), i < batch * A. */
+static tfb_status heads_gemm(const bert_ctx *c, const heads_view *h, int ta, int tb, int m, int n, int k,
+                             const void *a, int lda, long long sa, const void *b, int ldb, long long sb, float *out,
+                             int ldc, long long sc) {
+    return gemm(c, ta, tb, m, n, k, a, lda, sa, b, ldb, sb, 0.0f, out, ldc, sc, c->batch * h->A);
+}
+
+/* ctx (N, Hl) = Dropout(softmax(Q K^T * scale)) V for every sample and head; saves att and att_d. */
 static tfb_status attention_fwd(const bert_ctx *c, int layer, bert_layer_acts *a) {
-    int s = c->seq, W = bert_ctx_local_width(c), A = c->heads, d = W / A;
-    size_t att_n = (size_t)c->batch * A * s * s, per_sample = (size_t)A * s * s;
+    heads_view h = heads_of(c);
+    int s = h.s, d = h.d;
+    long long sd = (long long)s * d, ss = (long long)s * s;
+    size_t att_n = (size_t)c->batch * h.A * s * s;
     const void *qkv, *att_d;
-    TFB_CHECK(lp_act(c, 0, a->qkv, (size_t)c->batch * s * 3 * W, &qkv));
-    for (int b = 0; b < c->batch; b++) {
-        size_t row0 = (size_t)b * s * 3 * W;
-        TFB_CHECK(gemm(c, 0, 1, s, s, d, at(c, qkv, row0), 3 * W, d, at(c, qkv, row0 + W), 3 * W, d, 0.0f,
-                       a->att + b * per_sample, s, (long long)s * s, A));
-    }
-    TFB_CHECK(c->be->softmax_fwd(c->be->ctx, a->att, a->att, c->batch * A * s, s, 1.0f / sqrtf((float)d),
-                                 c->key_len, A * s));
+    TFB_CHECK(qkv_heads(c, &h, a->qkv, &qkv));
+    TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, qkv, d, sd, at(c, qkv, h.nw), d, sd, a->att, s, ss));
+    TFB_CHECK(c->be->softmax_fwd(c->be->ctx, a->att, a->att, c->batch * h.A * s, s, 1.0f / sqrtf((float)d),
+                                 c->key_len, h.A * s));
     TFB_CHECK(attention_dropout(c, layer, a->att_d, a->att, 0));
     TFB_CHECK(lp_act(c, 1, a->att_d, att_n, &att_d));
-    for (int b = 0; b < c->batch; b++) {
-        size_t row0 = (size_t)b * s * 3 * W;
-        TFB_CHECK(gemm(c, 0, 0, s, d, s, at(c, att_d, b * per_sample), s, (long long)s * s,
-                       at(c, qkv, row0 + 2 * W), 3 * W, d, 0.0f, a->ctx + (size_t)b * s * W, W, d, A));
-    }
-    return TFB_OK;
+    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, att_d, s, ss, at(c, qkv, 2 * h.nw), d, sd, h.o, d, sd));
+    return from_heads(c, &h, a->ctx, h.W, h.o);
 }
 
 /* out (N, H) = residual + Dropout(proj), then LayerNorm into y. proj is overwritten. */
@@ -176,34 +214,30 @@ tfb_status bert_layer_fwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
     return TFB_OK;
 }
 
-/* From dctx (N, Hl) to dqkv (N, 3Hl), through the saved att and att_d. */
+/* From dctx (N, Hl) to dqkv (N, 3Hl), through the saved qkv, att and att_d. Head-major blocks are reused as they
+ * fall free: dV goes where V was, dQ where dctx was, dK where dV was (after dV is written out). */
 static tfb_status attention_bwd(const bert_ctx *c, int layer, const bert_layer_acts *a, const float *dctx,
-                                const bert_layer_scratch *s) {
-    int S = c->seq, W = bert_ctx_local_width(c), A = c->heads, d = W / A;
-    size_t att_n = (size_t)c->batch * A * S * S, per_sample = (size_t)A * S * S;
+                                const bert_layer_scratch *sc) {
+    heads_view h = heads_of(c);
+    int s = h.s, d = h.d, W3 = 3 * h.W;
+    long long sd = (long long)s * d, ss = (long long)s * s;
+    size_t att_n = (size_t)c->batch * h.A * s * s;
     const void *qkv, *dc, *att_d, *datt;
-    TFB_CHECK(lp_act(c, 0, a->qkv, (size_t)c->batch * S * 3 * W, &qkv));
-    TFB_CHECK(lp_act(c, 1, dctx, (size_t)c->batch * S * W, &dc));
+    TFB_CHECK(qkv_heads(c, &h, a->qkv, &qkv));
+    TFB_CHECK(to_heads(c, &h, h.o, dctx, h.W));
+    TFB_CHECK(lp_act(c, 1, h.o, h.nw, &dc));
     TFB_CHECK(lp_act(c, 2, a->att_d, att_n, &att_d));
-    for (int b = 0; b < c->batch; b++) {
-        size_t row0 = (size_t)b * S * 3 * W, crow = (size_t)b * S * W;
-        TFB_CHECK(gemm(c, 0, 1, S, S, d, at(c, dc, crow), W, d, at(c, qkv, row0 + 2 * W), 3 * W, d, 0.0f,
-                       s->datt + b * per_sample, S, (long long)S * S, A));
-        TFB_CHECK(gemm(c, 1, 0, S, d, S, at(c, att_d, b * per_sample), S, (long long)S * S, at(c, dc, crow), W, d,
-                       0.0f, s->dqkv + row0 + 2 * W, 3 * W, d, A));
-    }
-    TFB_CHECK(attention_dropout(c, layer, s->datt, s->datt, 1));
-    TFB_CHECK(c->be->softmax_bwd(c->be->ctx, s->datt, s->datt, a->att, c->batch * A * S, S,
+    TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, dc, d, sd, at(c, qkv, 2 * h.nw), d, sd, sc->datt, s, ss));
+    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, att_d, s, ss, dc, d, sd, h.v, d, sd)); /* dV */
+    TFB_CHECK(from_heads(c, &h, sc->dqkv + 2 * h.W, W3, h.v));
+    TFB_CHECK(attention_dropout(c, layer, sc->datt, sc->datt, 1));
+    TFB_CHECK(c->be->softmax_bwd(c->be->ctx, sc->datt, sc->datt, a->att, c->batch * h.A * s, s,
                                  1.0f / sqrtf((float)d)));
-    TFB_CHECK(lp_act(c, 2, s->datt, att_n, &datt));
-    for (int b = 0; b < c->batch; b++) {
-        size_t row0 = (size_t)b * S * 3 * W;
-        TFB_CHECK(gemm(c, 0, 0, S, d, S, at(c, datt, b * per_sample), S, (long long)S * S, at(c, qkv, row0 + W),
-                       3 * W, d, 0.0f, s->dqkv + row0, 3 * W, d, A));
-        TFB_CHECK(gemm(c, 1, 0, S, d, S, at(c, datt, b * per_sample), S, (long long)S * S, at(c, qkv, row0), 3 * W,
-                       d, 0.0f, s->dqkv + row0 + W, 3 * W, d, A));
-    }
-    return TFB_OK;
+    TFB_CHECK(lp_act(c, 2, sc->datt, att_n, &datt));
+    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, datt, s, ss, at(c, qkv, h.nw), d, sd, h.o, d, sd)); /* dQ */
+    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, datt, s, ss, qkv, d, sd, h.v, d, sd));             /* dK */
+    TFB_CHECK(from_heads(c, &h, sc->dqkv, W3, h.o));
+    return from_heads(c, &h, sc->dqkv + h.W, W3, h.v);
 }
 
 tfb_status bert_layer_bwd(const bert_ctx *c, int layer, const bert_layer_w *w, const bert_layer_w *dw,

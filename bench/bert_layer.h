@@ -37,6 +37,7 @@ typedef struct {
     int step;
     uint64_t sample0;        /* global index of local sample 0: dropout counters are global */
     const int *key_len;      /* (batch) valid keys per sample, or NULL for none masked */
+    float *hm;               /* (4, batch, heads, seq, head_dim) head-major Q, K, V and context (or gradients) */
     void *lp[3];             /* (lp_elems) 16-bit scratch for activation operands; unused in FP32 */
     size_t lp_elems;
     const float *master_base;/* FP32 parameter pool; weight w's 16-bit copy is lp_weights + (w - master_base) */

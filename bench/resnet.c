@@ -491,19 +491,8 @@ static tfb_status resnet_load_batch(void *self, int step, int mb, int slot) {
                      (uint64_t)mb * m->n;
     tfb_philox_key k = tfb_philox_key_make(m->wc.seed, STREAM_DATA);
     m->last_slot = slot;
-    for (int b = 0; b < m->n && has_stem(m); b++) {
-        float *img = (float *)tfb_mempool_mirror(&m->pools[3], net->images) + b * per;
-        uint64_t g = first + (uint64_t)b;
-        for (size_t i = 0; i < per; i += 2) {
-            tfb_philox_ctr r = tfb_philox_block(k, (g << 24) + (i << 1), 1);
-            float u1 = tfb_u32_to_unit(r.v[0]) + 1e-7f, u2 = tfb_u32_to_unit(r.v[1]), rad = sqrtf(-2.0f * logf(u1));
-            img[i] = rad * cosf(6.28318530718f * u2);
-            if (i + 1 < per) img[i + 1] = rad * sinf(6.28318530718f * u2);
-        }
-    }
-    if (has_stem(m))
-        TFB_CHECK(m->be->copy_h2d(m->be->ctx, net->images, tfb_mempool_mirror(&m->pools[3], net->images),
-                                  (size_t)m->n * per * 4));
+    if (has_stem(m)) /* drawn on the device: no host loop or copy in the step (row = global sample index) */
+        TFB_CHECK(m->be->normal_fill(m->be->ctx, net->images, (size_t)m->n, per, first, k));
     if (!has_head(m)) return TFB_OK;
     int *lab = tfb_mempool_mirror(&m->pools[3], net->labels);
     for (int b = 0; b < m->n; b++)
@@ -907,9 +896,11 @@ static tfb_status resnet_dump_batch(void *self, const char *dir) {
     rn_net *net = &m->net[m->last_slot];
     char path[4096];
     if (has_stem(m)) {
+        size_t per = (size_t)3 * m->image * m->image;
+        float *host = tfb_mempool_mirror(&m->pools[3], net->images);
+        TFB_CHECK(m->be->copy_d2h(m->be->ctx, host, net->images, (size_t)m->n * per * sizeof(float)));
         snprintf(path, sizeof path, "%s/batch.images.npy", dir);
-        TFB_CHECK(tfb_npy_write_f32(path, tfb_mempool_mirror(&m->pools[3], net->images), m->n,
-                                    3 * m->image * m->image));
+        TFB_CHECK(tfb_npy_write_f32(path, host, m->n, (int)per));
     }
     if (!has_head(m)) return TFB_OK;
     snprintf(path, sizeof path, "%s/batch.labels.npy", dir);

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "check.h"
+#include "philox.h"
 
 typedef enum { TFB_F32 = 0, TFB_F16 = 1, TFB_BF16 = 2 } tfb_dtype;
 typedef enum { TFB_ACT_GELU = 0, TFB_ACT_TANH = 1, TFB_ACT_RELU = 2 } tfb_act;
@@ -91,6 +92,9 @@ struct tfb_backend {
     tfb_status (*copy_d2h)(void *ctx, void *dst, const void *src, size_t bytes);
     tfb_status (*copy_d2d)(void *ctx, void *dst, const void *src, size_t bytes);
     tfb_status (*fill)(void *ctx, float *x, float value, size_t n);
+    /* x (rows, per) = standard normal values, element pair (i, i + 1) of row r from tfb_normal_pair(key, row0 + r,
+     * i) in kernels/philox.h: synthetic input images drawn where they are used */
+    tfb_status (*normal_fill)(void *ctx, float *x, size_t rows, size_t per, uint64_t row0, tfb_philox_key key);
     tfb_status (*sync)(void *ctx);                      /* all queued work finished */
     /* Timing marks in stream order, so phases are timed without stopping the device at their edges: mark(i)
      * records mark i (0 <= i < n of the last marks_reserve) when the work queued before it has run; mark_seconds
@@ -221,6 +225,11 @@ struct tfb_backend {
     /* dst (rows, cols) with leading dimension dst_ld = src (rows, cols) with leading dimension src_ld */
     tfb_status (*copy_2d)(void *ctx, float *dst, size_t dst_ld, const float *src, size_t src_ld, size_t rows,
                           size_t cols);
+    /* out (n0, n2, n1, n3) = in (n0, n1, n2, n3), the middle two dimensions swapped (attention's tokens x heads <->
+     * heads x tokens). in's rows (i0, i1) of n2 * n3 elements lie in_ld apart, out's rows (i0, i2) of n1 * n3
+     * elements out_ld apart: in[(i0 n1 + i1) in_ld + i2 n3 + i3] goes to out[(i0 n2 + i2) out_ld + i1 n3 + i3]. */
+    tfb_status (*permute_0213)(void *ctx, float *out, size_t out_ld, const float *in, size_t in_ld, int n0, int n1,
+                               int n2, int n3);
 
     /* dst (n) = src (n) converted between FP32, FP16 and BF16 */
     tfb_status (*cast)(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type, size_t n);

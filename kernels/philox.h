@@ -7,6 +7,7 @@
  */
 #ifndef TFB_PHILOX_H
 #define TFB_PHILOX_H
+#include <math.h>
 #include <stdint.h>
 
 #ifdef __CUDACC__
@@ -62,5 +63,14 @@ TFB_HD tfb_philox_ctr tfb_philox_block(tfb_philox_key k, uint64_t index, uint32_
 
 /* Uniform float in [0, 1) from the top 24 bits of a word. */
 TFB_HD float tfb_u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+/* Two standard normal values (Box-Muller) for elements i and i + 1 (i even) of row `row` of a stream: the
+ * synthetic images, one row per sample. The second value is for element i + 1 (dropped past a row's end). */
+TFB_HD void tfb_normal_pair(tfb_philox_key k, uint64_t row, uint64_t i, float *first, float *second) {
+    tfb_philox_ctr r = tfb_philox_block(k, (row << 24) + (i << 1), 1);
+    float u1 = tfb_u32_to_unit(r.v[0]) + 1e-7f, u2 = tfb_u32_to_unit(r.v[1]), rad = sqrtf(-2.0f * logf(u1));
+    *first = rad * cosf(6.28318530718f * u2);
+    *second = rad * sinf(6.28318530718f * u2);
+}
 
 #endif

@@ -313,6 +313,27 @@ static void check_xent_shard(void) {
     release(&labels); release(&logits); release(&mx); release(&sums); release(&dl);
 }
 
+/* Synthetic images: the device's logf/cosf/sinf may differ from the host's in the last bit, hence a tolerance. */
+static void check_normal_fill(void) {
+    pair x = poisoned(3 * 3001);
+    tfb_philox_key k = tfb_philox_key_make(G.rng, 3);
+    BOTH(be->normal_fill(be->ctx, F(x), 3, 3001, 12345, k));
+    verdict("normal_fill (images)", "fp32", TOL_FP32, &x, 1);
+    release(&x);
+}
+
+/* Q heads out of a (2 samples, 5 tokens, 3 heads x 4) slice of a wider qkv row, and the way back into it. */
+static void check_permute(void) {
+    pair in = rand_f32(2 * 5 * 36, -1, 1), hm = poisoned(2 * 3 * 5 * 4), back = rand_f32(2 * 5 * 36, -1, 1);
+    BOTH(be->permute_0213(be->ctx, F(hm), 5 * 4, F(in) + 12, 36, 2, 5, 3, 4));
+    verdict("permute_0213 (tokens->heads)", "fp32", TOL_FP32, &hm, 1);
+    BOTH(be->permute_0213(be->ctx, F(back) + 12, 36, F(hm), 5 * 4, 2, 3, 5, 4));
+    verdict("permute_0213 (heads->tokens)", "fp32", TOL_FP32, &back, 1);
+    release(&in);
+    release(&hm);
+    release(&back);
+}
+
 static void check_copy_2d(void) {
     pair src = rand_f32((size_t)40 * 96, -1, 1), dst = poisoned((size_t)40 * 64);
     BOTH(be->copy_2d(be->ctx, F(dst), 64, F(src) + 16, 96, 40, 64));
@@ -465,6 +486,8 @@ static void gc_run_all(void) {
     check_xent();
     check_xent_shard();
     check_copy_2d();
+    check_permute();
+    check_normal_fill();
     check_optimizers();
     check_cast(TFB_F16);
     check_cast(TFB_BF16);

@@ -42,6 +42,38 @@ static const wspec W[12] = {{"qkv_w", 3 * H * H}, {"qkv_b", 3 * H}, {"ao_w", H *
 
 static float *zeros(size_t n) { return calloc(n, sizeof(float)); }
 
+/* A backend that counts the calls of every op the layer launches, passing them on to the CPU backend. */
+static tfb_backend *inner;
+static int calls;
+static tfb_status count_gemm(void *ctx, const tfb_gemm_desc *d) { calls++; return inner->gemm(ctx, d); }
+static tfb_status count_dropout_fwd(void *ctx, float *o, const float *i, size_t n, float p, tfb_dropout_key k) {
+    calls++;
+    return inner->dropout_fwd(ctx, o, i, n, p, k);
+}
+static tfb_status count_dropout_bwd(void *ctx, float *o, const float *i, size_t n, float p, tfb_dropout_key k) {
+    calls++;
+    return inner->dropout_bwd(ctx, o, i, n, p, k);
+}
+static tfb_status count_permute(void *ctx, float *o, size_t ol, const float *i, size_t il, int a, int b, int c,
+                                int d) {
+    calls++;
+    return inner->permute_0213(ctx, o, ol, i, il, a, b, c, d);
+}
+
+/* GEMM, dropout and permutation calls of one forward and backward at `batch` samples (c->be replaced meanwhile). */
+static int launches(bert_ctx *c, int batch, const bert_layer_w *w, const bert_layer_w *dw, const float *x,
+                    bert_layer_acts *a, const bert_layer_scratch *s, float *grad) {
+    tfb_backend counting = *c->be;
+    counting.gemm = count_gemm, counting.dropout_fwd = count_dropout_fwd, counting.dropout_bwd = count_dropout_bwd;
+    counting.permute_0213 = count_permute;
+    inner = c->be;
+    bert_ctx cc = *c;
+    cc.be = &counting, cc.batch = batch, cc.dropout = 0.1f;
+    calls = 0;
+    int ok = bert_layer_fwd(&cc, 0, w, x, a) == TFB_OK && bert_layer_bwd(&cc, 0, w, dw, x, a, s, grad) == TFB_OK;
+    return ok ? calls : -1;
+}
+
 static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
     size_t N = B * S, total = 0;
     for (int i = 0; i < 12; i++) total += W[i].n;
@@ -64,6 +96,7 @@ static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
     bert_ctx c = {.be = be, .gemm_type = t, .batch = B, .seq = S, .hidden = H, .heads = A, .ffn = F,
                   .key_len = key_len, .lp_elems = lpn, .master_base = master, .lp_weights = lp};
     for (int i = 0; i < 3; i++) c.lp[i] = calloc(lpn, 2);
+    c.hm = zeros(4 * N * H);
     bert_layer_acts a = {zeros(N * 3 * H), zeros(B * A * S * S), zeros(B * A * S * S), zeros(N * H), zeros(N * H),
                          zeros(N), zeros(N), zeros(N * H), zeros(N * F), zeros(N * F), zeros(N * H), zeros(N),
                          zeros(N), zeros(N * H)};
@@ -94,6 +127,11 @@ static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
     }
     snprintf(name, sizeof name, "bert_layer_%s_weight_grads_vs_pytorch", tag);
     EXPECT(name, worst < tol, "worst %s rel err %g (tolerance %g)", worst_name, worst, tol);
+    if (t == TFB_F32) { /* attention is one call per op over all (sample, head) pairs, not one per sample */
+        int one = launches(&c, 1, &w, &dw, x, &a, &s, grad), two = launches(&c, B, &w, &dw, x, &a, &s, grad);
+        EXPECT("bert_layer_launches_independent_of_batch", one > 0 && one == two, "batch 1: %d calls, batch %d: %d",
+               one, B, two);
+    }
 }
 
 int main(void) {

@@ -286,6 +286,50 @@ static void test_casts(void) {
     EXPECT("check_finite_finds_nan", before == 1 && ok == 0, "before %d after %d", before, ok);
 }
 
+/* ---- normal_fill: Box-Muller over the Philox stream, element by element, and the moments of a normal ---- */
+static void test_normal_fill(void) {
+    enum { ROWS = 3, PER = 2001 }; /* odd: the last pair of a row keeps one value */
+    static float x[ROWS * PER];
+    tfb_philox_key k = tfb_philox_key_make(42, 7);
+    be->normal_fill(be->ctx, x, ROWS, PER, 1000, k);
+    int bad = 0;
+    double sum = 0, sq = 0;
+    for (int r = 0; r < ROWS; r++)
+        for (int i = 0; i < PER; i += 2) {
+            tfb_philox_ctr c = tfb_philox_block(k, ((uint64_t)(1000 + r) << 24) + ((uint64_t)i << 1), 1);
+            float u1 = tfb_u32_to_unit(c.v[0]) + 1e-7f, u2 = tfb_u32_to_unit(c.v[1]);
+            float rad = sqrtf(-2.0f * logf(u1));
+            bad += x[r * PER + i] != rad * cosf(6.28318530718f * u2);
+            if (i + 1 < PER) bad += x[r * PER + i + 1] != rad * sinf(6.28318530718f * u2);
+        }
+    for (int i = 0; i < ROWS * PER; i++) sum += x[i], sq += (double)x[i] * x[i];
+    double mean = sum / (ROWS * PER), var = sq / (ROWS * PER) - mean * mean;
+    EXPECT("normal_fill_matches_box_muller_loops", bad == 0, "%d wrong", bad);
+    EXPECT("normal_fill_moments", fabs(mean) < 0.05 && fabs(var - 1) < 0.08, "mean %g var %g", mean, var);
+}
+
+/* ---- permute_0213 against index loops, and its inverse restoring the input ---- */
+static void test_permute(void) {
+    enum { N0 = 2, N1 = 5, N2 = 3, N3 = 4, LD = 3 * N2 * N3 };
+    float in[N0 * N1 * LD], out[N0 * N2 * N1 * N3], back[N0 * N1 * LD];
+    for (int i = 0; i < N0 * N1 * LD; i++) in[i] = (float)i + 0.5f, back[i] = -1.0f;
+    const float *src = in + N2 * N3; /* the middle third of each row, as K inside a QKV row */
+    be->permute_0213(be->ctx, out, N1 * N3, src, LD, N0, N1, N2, N3);
+    int bad = 0;
+    for (int i0 = 0; i0 < N0; i0++)
+        for (int i1 = 0; i1 < N1; i1++)
+            for (int i2 = 0; i2 < N2; i2++)
+                for (int i3 = 0; i3 < N3; i3++)
+                    bad += out[((i0 * N2 + i2) * N1 + i1) * N3 + i3] != src[(i0 * N1 + i1) * LD + i2 * N3 + i3];
+    EXPECT("permute_0213_matches_loops", bad == 0, "%d wrong", bad);
+    be->permute_0213(be->ctx, back + N2 * N3, LD, out, N1 * N3, N0, N2, N1, N3);
+    for (int i = 0; i < N0 * N1 * LD; i++) {
+        int inside = i % LD >= N2 * N3 && i % LD < 2 * N2 * N3;
+        bad += inside ? back[i] != in[i] : back[i] != -1.0f;
+    }
+    EXPECT("permute_0213_inverse_restores_only_its_columns", bad == 0, "%d wrong", bad);
+}
+
 /* ---- timing marks: the CPU backend's are the host clock, in order, and an index past the reserve is an error ---- */
 static void test_marks(void) {
     double a = -1, b = -1, back = 1;
@@ -331,6 +375,8 @@ int main(void) {
     test_casts();
     test_philox();
     test_marks();
+    test_permute();
+    test_normal_fill();
     be->destroy(be);
     return test_failures ? 1 : 0;
 }

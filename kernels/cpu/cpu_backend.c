@@ -82,6 +82,20 @@ static tfb_status cpu_fill(void *ctx, float *x, float value, size_t n) {
     return TFB_OK;
 }
 
+static tfb_status cpu_normal_fill(void *ctx, float *x, size_t rows, size_t per, uint64_t row0, tfb_philox_key key) {
+    (void)ctx;
+    size_t pairs = (per + 1) / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (size_t r = 0; r < rows; r++)
+        for (size_t p = 0; p < pairs; p++) {
+            float *row = x + r * per, a, b;
+            tfb_normal_pair(key, row0 + r, 2 * p, &a, &b);
+            row[2 * p] = a;
+            if (2 * p + 1 < per) row[2 * p + 1] = b;
+        }
+    return TFB_OK;
+}
+
 static tfb_status cpu_sync(void *ctx) { (void)ctx; return TFB_OK; }
 
 static tfb_status cpu_marks_reserve(void *ctx, int n) {
@@ -178,6 +192,7 @@ tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out) {
     *be = (tfb_backend){.name = "cpu", .ctx = c, .threads = threads, .alloc = cpu_alloc, .free = cpu_free,
                         .mem_stats = cpu_mem_stats,
                         .copy_h2d = cpu_copy, .copy_d2h = cpu_copy, .copy_d2d = cpu_copy, .fill = cpu_fill,
+                        .normal_fill = cpu_normal_fill,
                         .sync = cpu_sync, .marks_reserve = cpu_marks_reserve, .mark = cpu_mark,
                         .mark_seconds = cpu_mark_seconds, .gemm = cpu_gemm, .destroy = cpu_destroy};
     const char *limit = getenv("TFB_TEST_DEVICE_MEMORY_MIB"); /* a CPU standing in for a GPU of this memory */

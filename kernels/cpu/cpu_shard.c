@@ -1,7 +1,7 @@
 /* cpu_shard.c — the CPU backend's ops for tensors split across a tensor-parallel group: the embedding lookup of a
  * vocabulary shard, the three passes of a cross-entropy whose classes are split across ranks (the ranks combine
- * the per-row partial results with small all-reduces between the passes), and a strided 2-D copy for gathering
- * and slicing channel shards. Communication is the caller's; these ops only see one rank's shard.
+ * the per-row partial results with small all-reduces between the passes), a strided 2-D copy for gathering
+ * and slicing channel shards, and the tokens x heads <-> heads x tokens permutation of attention. Communication is the caller's; these ops only see one rank's shard.
  */
 #include <math.h>
 #include <float.h>
@@ -95,6 +95,20 @@ static tfb_status cpu_copy_2d(void *ctx, float *dst, size_t dst_ld, const float 
     return TFB_OK;
 }
 
+static tfb_status cpu_permute_0213(void *ctx, float *out, size_t out_ld, const float *in, size_t in_ld, int n0,
+                                   int n1, int n2, int n3) {
+    (void)ctx;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i0 = 0; i0 < n0; i0++)
+        for (int i1 = 0; i1 < n1; i1++) {
+            const float *src = in + ((size_t)i0 * n1 + i1) * in_ld;
+            for (int i2 = 0; i2 < n2; i2++)
+                memcpy(out + ((size_t)i0 * n2 + i2) * out_ld + (size_t)i1 * n3, src + (size_t)i2 * n3,
+                       (size_t)n3 * sizeof(float));
+        }
+    return TFB_OK;
+}
+
 void tfb_cpu_shard_install(tfb_backend *be) {
     be->embedding_fwd_shard = cpu_embedding_fwd_shard;
     be->embedding_bwd_shard = cpu_embedding_bwd_shard;
@@ -102,4 +116,5 @@ void tfb_cpu_shard_install(tfb_backend *be) {
     be->xent_shard_sum = cpu_xent_shard_sum;
     be->xent_shard_bwd = cpu_xent_shard_bwd;
     be->copy_2d = cpu_copy_2d;
+    be->permute_0213 = cpu_permute_0213;
 }

@@ -143,6 +143,26 @@ static tfb_status cuda_fill(void *ctx, float *x, float value, size_t n) {
     return TFB_OK;
 }
 
+__global__ void k_normal_fill(float *x, size_t pairs_per_row, size_t per, size_t total, uint64_t row0,
+                              tfb_philox_key key) {
+    TFB_GRID_LOOP(t, total) {
+        size_t r = t / pairs_per_row, i = 2 * (t % pairs_per_row);
+        float a, b;
+        tfb_normal_pair(key, row0 + r, i, &a, &b);
+        x[r * per + i] = a;
+        if (i + 1 < per) x[r * per + i + 1] = b;
+    }
+}
+
+static tfb_status cuda_normal_fill(void *ctx, float *x, size_t rows, size_t per, uint64_t row0, tfb_philox_key key) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    size_t pairs = (per + 1) / 2, total = rows * pairs;
+    if (total == 0) return TFB_OK;
+    k_normal_fill<<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, c->stream>>>(x, pairs, per, total, row0, key);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
 static tfb_status cuda_sync(void *ctx) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     TFB_CHECK_CUDA(cudaStreamSynchronize(c->stream));
@@ -255,7 +275,7 @@ extern "C" tfb_status tfb_cuda_backend_create(int device, tfb_backend **out, cha
     be->threads = 1;
     be->alloc = cuda_alloc; be->free = cuda_free; be->mem_stats = cuda_mem_stats;
     be->copy_h2d = cuda_copy_h2d; be->copy_d2h = cuda_copy_d2h; be->copy_d2d = cuda_copy_d2d;
-    be->fill = cuda_fill; be->sync = cuda_sync; be->destroy = cuda_destroy;
+    be->fill = cuda_fill; be->sync = cuda_sync; be->destroy = cuda_destroy; be->normal_fill = cuda_normal_fill;
     be->marks_reserve = cuda_marks_reserve; be->mark = cuda_mark; be->mark_seconds = cuda_mark_seconds;
     be->comm_wrap = tfb_cuda_comm_wrap;
     tfb_cuda_blas_install(be);

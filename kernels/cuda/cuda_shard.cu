@@ -1,6 +1,7 @@
 /* cuda_shard.cu — the CUDA backend's tensor-parallel shard ops, computing what cpu_shard.c computes: the embedding
  * lookup of a vocabulary shard, the three passes of a cross-entropy whose classes are split across ranks (the
- * all-reduces between them are the caller's) and a strided 2-D copy. Communication is not here.
+ * all-reduces between them are the caller's), a strided 2-D copy and attention's tokens x heads <-> heads x tokens
+ * permutation. Communication is not here.
  */
 #include <float.h>
 #include <math.h>
@@ -107,6 +108,24 @@ static tfb_status cuda_copy_2d(void *ctx, float *dst, size_t dst_ld, const float
     return TFB_OK;
 }
 
+/* One thread per element, i3 fastest: reads and writes are coalesced along rows of n3. */
+__global__ void k_permute_0213(float *out, size_t out_ld, const float *in, size_t in_ld, int n1, int n2, int n3,
+                               size_t total) {
+    TFB_GRID_LOOP(e, total) {
+        size_t i3 = e % n3, r = e / n3, i2 = r % n2, i01 = r / n2, i1 = i01 % n1, i0 = i01 / n1;
+        out[(i0 * n2 + i2) * out_ld + i1 * n3 + i3] = in[i01 * in_ld + i2 * n3 + i3];
+    }
+}
+
+static tfb_status cuda_permute_0213(void *ctx, float *out, size_t out_ld, const float *in, size_t in_ld, int n0,
+                                    int n1, int n2, int n3) {
+    size_t total = (size_t)n0 * n1 * n2 * n3;
+    if (total == 0) return TFB_OK;
+    k_permute_0213<<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(out, out_ld, in, in_ld, n1, n2, n3, total);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
 void tfb_cuda_shard_install(tfb_backend *be) {
     be->embedding_fwd_shard = cuda_embedding_fwd_shard;
     be->embedding_bwd_shard = cuda_embedding_bwd_shard;
@@ -114,4 +133,5 @@ void tfb_cuda_shard_install(tfb_backend *be) {
     be->xent_shard_sum = cuda_xent_shard_sum;
     be->xent_shard_bwd = cuda_xent_shard_bwd;
     be->copy_2d = cuda_copy_2d;
+    be->permute_0213 = cuda_permute_0213;
 }
