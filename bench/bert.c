@@ -644,7 +644,8 @@ static tfb_status bind_params(bert_model *m) {
     layout(&lg, &m->cfg, &m->st, &m->g);
     m->wl.params = table;
     m->wl.n_params = lw.count;
-    if (m->st.last && !m->st.first) m->wl.tied_offset = (size_t)(m->w.word_emb - m->wl.param_pool);
+    if (m->st.last && !m->st.first && m->wl.param_pool)
+        m->wl.tied_offset = (size_t)(m->w.word_emb - m->wl.param_pool);
     return TFB_OK;
 }
 
@@ -789,13 +790,13 @@ tfb_status bert_create(const bert_config *c, const tfb_workload_config *wc, tfb_
     if (st == TFB_OK) st = alloc_host_state(m);
     init_ctx(m);
     if (st == TFB_OK) st = plan_all(m);
+    if (st == TFB_OK) st = bind_params(m); /* in a plan too: the optimizer plans its decay runs from the table */
     if (m->wc.plan_only) {
         fill_workload(m);
         if (st != TFB_OK) { bert_destroy(m); return st; }
         *out = &m->wl;
         return TFB_OK;
     }
-    if (st == TFB_OK) st = bind_params(m);
     m->ctx.master_base = m->wl.param_pool;
     if (st == TFB_OK) st = tfb_workload_init_params(&m->wl, be, init_tensor, &m->wc.seed);
     m->ctx.lp_weights = m->wl.lowp_pool;

@@ -8,6 +8,7 @@
 #include "estimate.h"
 #include "bert.h"
 #include "catalog.h"
+#include "optim.h"
 #include "csv.h"
 #include "resnet.h"
 
@@ -30,7 +31,7 @@ static tfb_status plan_rank(const tfb_options *o, const tfb_strategy *s, int pp_
     *d = (tfb_estimate_device){.params = m->params, .grads = m->grads, .lowp = m->lowp,
                                .activations = m->activations, .workspace = m->workspace, .inputs = m->inputs,
                                .numel = wl->numel, .layers = wl->layers_held, .slots = slots, .pp_rank = pp_rank};
-    d->optimizer = aligned(wl->numel * 4) * (wl->optimizer == TFB_OPT_ADAMW ? 2 : 1);
+    d->optimizer = tfb_optim_plan_bytes(wl);
     d->comm = s->pp > 1 && wl->tied_numel ? aligned(wl->tied_numel * 4) : 0;
     d->total = wl->bytes_planned + d->optimizer + d->comm;
     wl->destroy(wl->self);

@@ -1,32 +1,78 @@
 /* optim.c — see optim.h. */
+#include <stdlib.h>
+#include <string.h>
 #include "optim.h"
+
+static int by_offset(const void *a, const void *b) {
+    size_t x = ((const tfb_param_info *)a)->offset, y = ((const tfb_param_info *)b)->offset;
+    return x < y ? -1 : x > y;
+}
+
+/* The weight-decay runs of wl: the parameters with decay in offset order, adjacent ones merged, as [start, end)
+ * element offsets in runs (room for n_params runs). Returns their number, -1 when out of memory. */
+static int decay_runs(const tfb_workload *wl, uint64_t *runs) {
+    int n = 0;
+    tfb_param_info *p = malloc((size_t)(wl->n_params ? wl->n_params : 1) * sizeof *p);
+    if (!p) return -1;
+    memcpy(p, wl->params, (size_t)wl->n_params * sizeof *p);
+    qsort(p, (size_t)wl->n_params, sizeof *p, by_offset);
+    for (int i = 0; i < wl->n_params; i++) {
+        if (!p[i].decay || p[i].numel == 0) continue;
+        if (n > 0 && runs[2 * n - 1] == p[i].offset) { runs[2 * n - 1] += p[i].numel; continue; }
+        runs[2 * n] = p[i].offset;
+        runs[2 * n + 1] = p[i].offset + p[i].numel;
+        n++;
+    }
+    free(p);
+    return n;
+}
+
+/* The optimizer's pool planned (nothing allocated): moments, and the decay runs, left in *runs (caller frees). */
+static tfb_status optim_plan(tfb_optim *o, const tfb_workload *wl, uint64_t **runs) {
+    *runs = malloc((size_t)(wl->n_params ? wl->n_params : 1) * 2 * sizeof **runs);
+    TFB_CHECK_ALLOC(*runs);
+    o->n_runs = decay_runs(wl, *runs);
+    if (o->n_runs < 0) return TFB_ERR_NOMEM;
+    tfb_mempool_add(&o->pool, (void **)&o->m, wl->numel * sizeof(float));
+    if (wl->optimizer == TFB_OPT_ADAMW) tfb_mempool_add(&o->pool, (void **)&o->v, wl->numel * sizeof(float));
+    if (o->n_runs) tfb_mempool_add(&o->pool, (void **)&o->runs, (size_t)o->n_runs * 2 * sizeof **runs);
+    return o->pool.failed ? TFB_ERR_NOMEM : TFB_OK;
+}
 
 tfb_status tfb_optim_init(tfb_optim *o, tfb_backend *be, const tfb_workload *wl, float lr, float weight_decay) {
     *o = (tfb_optim){.be = be, .wl = wl, .momentum = 0.9f};
     o->hp = (tfb_adamw_hparams){.lr = lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .weight_decay = weight_decay};
-    tfb_mempool_add(&o->pool, (void **)&o->m, wl->numel * sizeof(float));
-    if (wl->optimizer == TFB_OPT_ADAMW) tfb_mempool_add(&o->pool, (void **)&o->v, wl->numel * sizeof(float));
-    return tfb_mempool_commit(&o->pool, be, 0);
+    uint64_t *runs = NULL;
+    tfb_status st = optim_plan(o, wl, &runs);
+    if (st == TFB_OK) st = tfb_mempool_commit(&o->pool, be, 0);
+    if (st == TFB_OK && o->n_runs) st = be->copy_h2d(be->ctx, o->runs, runs, (size_t)o->n_runs * 2 * sizeof *runs);
+    free(runs);
+    return st;
 }
 
-static tfb_status optim_tensor(tfb_optim *o, const tfb_param_info *p, const tfb_adamw_hparams *hp) {
-    const tfb_workload *wl = o->wl;
-    float *w = wl->param_pool + p->offset, *g = wl->grad_pool + p->offset;
-    if (wl->optimizer == TFB_OPT_ADAMW) return o->be->adamw(o->be->ctx, w, g, o->m + p->offset, o->v + p->offset,
-                                                            p->numel, hp);
-    tfb_sgd_hparams s = {.lr = hp->lr, .momentum = o->momentum, .weight_decay = hp->weight_decay,
-                         .grad_scale = hp->grad_scale};
-    return o->be->sgd(o->be->ctx, w, g, o->m + p->offset, p->numel, &s);
+size_t tfb_optim_plan_bytes(const tfb_workload *wl) {
+    tfb_optim o = {0};
+    uint64_t *runs = NULL;
+    size_t bytes = optim_plan(&o, wl, &runs) == TFB_OK ? o.pool.bytes : 0;
+    free(runs);
+    free(o.pool.entries);
+    return bytes;
 }
 
+/* One launch for the whole pool: weight decay only inside the runs of parameters that take it. */
 tfb_status tfb_optim_step(tfb_optim *o, float grad_scale) {
     const tfb_workload *wl = o->wl;
     tfb_adamw_hparams hp = o->hp;
     hp.step = ++o->hp.step;
     hp.grad_scale = grad_scale;
-    for (int i = 0; i < wl->n_params; i++) {
-        hp.weight_decay = wl->params[i].decay ? o->hp.weight_decay : 0.0f;
-        TFB_CHECK(optim_tensor(o, &wl->params[i], &hp));
+    if (wl->optimizer == TFB_OPT_ADAMW)
+        TFB_CHECK(o->be->adamw_pool(o->be->ctx, wl->param_pool, wl->grad_pool, o->m, o->v, wl->numel, o->runs,
+                                    o->n_runs, &hp));
+    else {
+        tfb_sgd_hparams s = {.lr = hp.lr, .momentum = o->momentum, .weight_decay = hp.weight_decay,
+                             .grad_scale = hp.grad_scale};
+        TFB_CHECK(o->be->sgd_pool(o->be->ctx, wl->param_pool, wl->grad_pool, o->m, wl->numel, o->runs, o->n_runs,
+                                  &s));
     }
     return tfb_workload_refresh_lowp(wl, o->be);
 }

@@ -1,7 +1,8 @@
-/* optim.h — the optimizer the workload asks for on the FP32 master weights, tensor by tensor (decay only where the
- * parameter table says): AdamW (BERT) or SGD with momentum (ResNet); and
+/* optim.h — the optimizer the workload asks for on the FP32 master weights, the whole pool in one call (decay only
+ * inside the runs of parameters whose table entry says so): AdamW (BERT) or SGD with momentum (ResNet); and
  * the dynamic loss scaler for FP16 (formulas.md: skip the step and halve on inf/NaN, double after a window of clean
- * steps). The moments live in one pool. This file does not decide when gradients are complete (ddp.c does).
+ * steps). The moments and the decay runs live in one pool. This file does not decide when gradients are complete
+ * (ddp.c does).
  */
 #ifndef TFB_OPTIM_H
 #define TFB_OPTIM_H
@@ -12,6 +13,8 @@ typedef struct {
     tfb_backend *be;
     const tfb_workload *wl;
     float *m, *v;               /* (numel) Adam moments, or m alone: the SGD momentum buffer */
+    uint64_t *runs;             /* (n_runs, 2) [start, end) element offsets of the weight-decay runs */
+    int n_runs;
     tfb_mempool pool;
     tfb_adamw_hparams hp;       /* lr, betas, eps, weight decay; step counts applied updates */
     float momentum;             /* SGD */
@@ -26,6 +29,8 @@ typedef struct {
 } tfb_loss_scaler;
 
 tfb_status tfb_optim_init(tfb_optim *o, tfb_backend *be, const tfb_workload *wl, float lr, float weight_decay);
+/* Bytes tfb_optim_init takes for wl (its pool, as planned): what `tfbench estimate` counts. 0 when out of memory. */
+size_t tfb_optim_plan_bytes(const tfb_workload *wl);
 /* One update; grad_scale multiplies every gradient first (1 / (loss scale * ranks)). */
 tfb_status tfb_optim_step(tfb_optim *o, float grad_scale);
 void tfb_optim_free(tfb_optim *o);

@@ -169,6 +169,13 @@ struct tfb_backend {
 
     /* SGD with momentum (PyTorch's form: buf = momentum * buf + g + wd * w; w -= lr * buf), all (n) */
     tfb_status (*sgd)(void *ctx, float *w, const float *g, float *buf, size_t n, const tfb_sgd_hparams *hp);
+    /* The same updates over a whole parameter pool of n elements in one call: hp's weight decay applies inside the
+     * n_runs ascending, disjoint ranges [runs[2k], runs[2k + 1]) of element offsets (runs in backend memory; NULL
+     * when n_runs is 0), none outside them. Element by element what adamw and sgd compute (kernels/update.h). */
+    tfb_status (*adamw_pool)(void *ctx, float *w, const float *g, float *m, float *v, size_t n, const uint64_t *runs,
+                             int n_runs, const tfb_adamw_hparams *hp);
+    tfb_status (*sgd_pool)(void *ctx, float *w, const float *g, float *buf, size_t n, const uint64_t *runs,
+                           int n_runs, const tfb_sgd_hparams *hp);
 
     /* ---- convolutional networks (activations (n, c, h, w) in NCHW on the CPU) ---- */
     tfb_status (*conv_fwd)(void *ctx, const tfb_conv_desc *d, float *y, const void *x, const void *w);

@@ -355,7 +355,16 @@ static void check_optimizers(void) {
     BOTH(be->sgd(be->ctx, F(w), F(g), F(m), n, &sh));
     pair souts[2] = {w, m};
     verdict("sgd", "fp32", TOL_FP32, souts, 2);
-    release(&w); release(&g); release(&m); release(&v);
+    /* decay inside these element ranges only, large enough that decay in the wrong place shows (lr wd = 1e-2) */
+    uint64_t runs_host[4] = {0, 1000, 40000, 70000};
+    pair runs = upload(runs_host, 4, sizeof(uint64_t));
+    ah.lr = sh.lr = 0.1f;
+    ah.weight_decay = sh.weight_decay = 0.1f;
+    BOTH(be->adamw_pool(be->ctx, F(w), F(g), F(m), F(v), n, (const uint64_t *)runs.p[b], 2, &ah));
+    verdict("adamw_pool (decay runs)", "fp32", TOL_FP32, outs, 3);
+    BOTH(be->sgd_pool(be->ctx, F(w), F(g), F(m), n, (const uint64_t *)runs.p[b], 2, &sh));
+    verdict("sgd_pool (decay runs)", "fp32", TOL_FP32, souts, 2);
+    release(&w); release(&g); release(&m); release(&v); release(&runs);
 }
 
 static void check_cast(tfb_dtype t) {

@@ -267,6 +267,43 @@ static void test_adamw(void) {
     EXPECT("adamw_moments", fabsf(m[0] - 0.025f) < 1e-7f && fabsf(v[0] - 0.0000625f) < 1e-9f, "m %g v %g", m[0], v[0]);
 }
 
+/* ---- the pool updates equal tensor-by-tensor updates with decay exactly inside the runs ---- */
+static int differ(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i]) return 1;
+    return 0;
+}
+
+static void test_pool_updates(void) {
+    enum { N = 1000 };
+    static float w[2][N], g[N], m[2][N], v[2][N];
+    const uint64_t runs[6] = {0, 100, 250, 600, 999, 1000}; /* decay: [0,100) [250,600) [999,1000) */
+    for (int i = 0; i < N; i++) {
+        w[0][i] = w[1][i] = sinf((float)i), g[i] = cosf(0.37f * (float)i);
+        m[0][i] = m[1][i] = 0.01f * (float)(i % 7), v[0][i] = v[1][i] = 1e-3f * (float)(1 + i % 5);
+    }
+    tfb_adamw_hparams hp = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f,
+                            .step = 3, .grad_scale = 0.5f}, off = hp;
+    off.weight_decay = 0.0f;
+    be->adamw_pool(be->ctx, w[0], g, m[0], v[0], N, runs, 3, &hp);
+    const size_t cut[7] = {0, 100, 250, 600, 999, 1000, N};
+    for (int k = 0; k < 6; k++) /* even pieces decay, odd ones do not */
+        be->adamw(be->ctx, w[1] + cut[k], g + cut[k], m[1] + cut[k], v[1] + cut[k], cut[k + 1] - cut[k],
+                  k % 2 == 0 ? &hp : &off);
+    int bad = differ(w[0], w[1], N) || differ(m[0], m[1], N) || differ(v[0], v[1], N);
+    EXPECT("adamw_pool_equals_tensor_by_tensor", !bad, "%s", "differs");
+    tfb_sgd_hparams sh = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.05f, .grad_scale = 0.25f}, soff = sh;
+    soff.weight_decay = 0.0f;
+    be->sgd_pool(be->ctx, w[0], g, m[0], N, runs, 3, &sh);
+    for (int k = 0; k < 6; k++)
+        be->sgd(be->ctx, w[1] + cut[k], g + cut[k], m[1] + cut[k], cut[k + 1] - cut[k], k % 2 == 0 ? &sh : &soff);
+    bad = differ(w[0], w[1], N) || differ(m[0], m[1], N);
+    EXPECT("sgd_pool_equals_tensor_by_tensor", !bad, "%s", "differs");
+    EXPECT("pool_update_rejects_unsorted_runs",
+           be->sgd_pool(be->ctx, w[0], g, m[0], N, (const uint64_t[]){500, 600, 100, 200}, 2, &sh) == TFB_ERR_ARG,
+           "%s", "accepted");
+}
+
 /* ---- conversions and the finiteness check ---- */
 static void test_casts(void) {
     EXPECT("f16_max_normal", tfb_f32_to_f16(65504.0f) == 0x7BFF, "got %04x", tfb_f32_to_f16(65504.0f));
@@ -372,6 +409,7 @@ int main(void) {
     test_gemm();
     test_fused_bias_act();
     test_adamw();
+    test_pool_updates();
     test_casts();
     test_philox();
     test_marks();

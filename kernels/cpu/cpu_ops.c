@@ -9,6 +9,7 @@
 #include "cpu.h"
 #include "../half.h"
 #include "../dropout.h"
+#include "../update.h"
 #include "../act.h"
 
 #define COL_BLOCK 64
@@ -265,28 +266,58 @@ static tfb_status cpu_xent_bwd(void *ctx, float *dlogits, const float *logits, c
     return TFB_OK;
 }
 
-static tfb_status cpu_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
-                            const tfb_adamw_hparams *hp) {
-    (void)ctx;
+static void adamw_range(float *w, const float *g, float *m, float *v, size_t a, size_t b,
+                        const tfb_adamw_hparams *hp, float decay) {
     float c1 = 1.0f / (1.0f - powf(hp->beta1, (float)hp->step));
     float c2 = 1.0f / (1.0f - powf(hp->beta2, (float)hp->step));
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] * hp->grad_scale;
-        m[i] = hp->beta1 * m[i] + (1.0f - hp->beta1) * gi;
-        v[i] = hp->beta2 * v[i] + (1.0f - hp->beta2) * gi * gi;
-        float update = (m[i] * c1) / (sqrtf(v[i] * c2) + hp->eps);
-        w[i] -= hp->lr * (update + hp->weight_decay * w[i]);
-    }
+    for (size_t i = a; i < b; i++) tfb_adamw_elem(&w[i], g[i], &m[i], &v[i], hp, decay, c1, c2);
+}
+
+static void sgd_range(float *w, const float *g, float *buf, size_t a, size_t b, const tfb_sgd_hparams *hp,
+                      float decay) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = a; i < b; i++) tfb_sgd_elem(&w[i], g[i], &buf[i], hp, decay);
+}
+
+static tfb_status cpu_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
+                            const tfb_adamw_hparams *hp) {
+    (void)ctx;
+    adamw_range(w, g, m, v, 0, n, hp, hp->weight_decay);
     return TFB_OK;
 }
 
 static tfb_status cpu_sgd(void *ctx, float *w, const float *g, float *buf, size_t n, const tfb_sgd_hparams *hp) {
     (void)ctx;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        buf[i] = hp->momentum * buf[i] + g[i] * hp->grad_scale + hp->weight_decay * w[i];
-        w[i] -= hp->lr * buf[i];
+    sgd_range(w, g, buf, 0, n, hp, hp->weight_decay);
+    return TFB_OK;
+}
+
+/* The pool runs by stretches: each decay run, and the stretch before it, is one parallel loop. */
+static tfb_status cpu_adamw_pool(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
+                                 const uint64_t *runs, int n_runs, const tfb_adamw_hparams *hp) {
+    (void)ctx;
+    size_t at = 0;
+    for (int k = 0; k <= n_runs; k++) {
+        size_t a = k < n_runs ? (size_t)runs[2 * k] : n, b = k < n_runs ? (size_t)runs[2 * k + 1] : n;
+        if (a < at || b < a || b > n) return TFB_ERR_ARG;
+        adamw_range(w, g, m, v, at, a, hp, 0.0f);
+        adamw_range(w, g, m, v, a, b, hp, hp->weight_decay);
+        at = b;
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_sgd_pool(void *ctx, float *w, const float *g, float *buf, size_t n, const uint64_t *runs,
+                               int n_runs, const tfb_sgd_hparams *hp) {
+    (void)ctx;
+    size_t at = 0;
+    for (int k = 0; k <= n_runs; k++) {
+        size_t a = k < n_runs ? (size_t)runs[2 * k] : n, b = k < n_runs ? (size_t)runs[2 * k + 1] : n;
+        if (a < at || b < a || b > n) return TFB_ERR_ARG;
+        sgd_range(w, g, buf, at, a, hp, 0.0f);
+        sgd_range(w, g, buf, a, b, hp, hp->weight_decay);
+        at = b;
     }
     return TFB_OK;
 }
@@ -339,6 +370,8 @@ void tfb_cpu_ops_install(tfb_backend *be) {
     be->xent_bwd = cpu_xent_bwd;
     be->adamw = cpu_adamw;
     be->sgd = cpu_sgd;
+    be->adamw_pool = cpu_adamw_pool;
+    be->sgd_pool = cpu_sgd_pool;
     be->cast = cpu_cast;
     be->check_finite = cpu_check_finite;
 }

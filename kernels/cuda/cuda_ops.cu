@@ -6,13 +6,15 @@
  * parameter gradients) give each thread a column and a slice of rows, reduce the slice in shared memory and add
  * the block's partial with atomicAdd (so their last bits depend on scheduling). Element-wise ops use grid-stride
  * loops. Fused: bias + activation (forward) and activation gradient + bias gradient (backward), one pass each; the
- * AdamW and SGD kernels apply the loss-scale unscale (grad_scale) in the update pass.
+ * AdamW and SGD kernels apply the loss-scale unscale (grad_scale) in the update pass, and their pool forms update
+ * every parameter tensor in one launch (weight decay by a binary search of the decay runs).
  */
 #include <math.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include "cuda_internal.h"
 #include "../dropout.h"
+#include "../update.h"
 #include "../act.h"
 
 #define ROW_THREADS 256
@@ -344,36 +346,52 @@ static tfb_status cuda_xent_bwd(void *ctx, float *dlogits, const float *logits, 
 /* ---- optimizers ---- */
 
 __global__ void k_adamw(float *w, const float *g, float *m, float *v, size_t n, tfb_adamw_hparams hp, float c1,
-                        float c2) {
+                        float c2, const uint64_t *runs, int n_runs, int pool) {
     TFB_GRID_LOOP(i, n) {
-        float gi = g[i] * hp.grad_scale;
-        float mi = hp.beta1 * m[i] + (1.0f - hp.beta1) * gi;
-        float vi = hp.beta2 * v[i] + (1.0f - hp.beta2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        w[i] -= hp.lr * ((mi * c1) / (sqrtf(vi * c2) + hp.eps) + hp.weight_decay * w[i]);
+        float decay = !pool || tfb_runs_contain(runs, n_runs, i) ? hp.weight_decay : 0.0f;
+        tfb_adamw_elem(&w[i], g[i], &m[i], &v[i], &hp, decay, c1, c2);
     }
 }
 
-static tfb_status cuda_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
-                             const tfb_adamw_hparams *hp) {
+static tfb_status adamw_launch(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
+                               const uint64_t *runs, int n_runs, int pool, const tfb_adamw_hparams *hp) {
     float c1 = 1.0f / (1.0f - powf(hp->beta1, (float)hp->step));
     float c2 = 1.0f / (1.0f - powf(hp->beta2, (float)hp->step));
-    k_adamw<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, m, v, n, *hp, c1, c2);
+    if (n == 0) return TFB_OK;
+    k_adamw<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, m, v, n, *hp, c1, c2, runs, n_runs, pool);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
-__global__ void k_sgd(float *w, const float *g, float *buf, size_t n, tfb_sgd_hparams hp) {
+static tfb_status cuda_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
+                             const tfb_adamw_hparams *hp) {
+    return adamw_launch(ctx, w, g, m, v, n, NULL, 0, 0, hp);
+}
+
+static tfb_status cuda_adamw_pool(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
+                                  const uint64_t *runs, int n_runs, const tfb_adamw_hparams *hp) {
+    return adamw_launch(ctx, w, g, m, v, n, runs, n_runs, 1, hp);
+}
+
+__global__ void k_sgd(float *w, const float *g, float *buf, size_t n, tfb_sgd_hparams hp, const uint64_t *runs,
+                      int n_runs, int pool) {
     TFB_GRID_LOOP(i, n) {
-        float b = hp.momentum * buf[i] + g[i] * hp.grad_scale + hp.weight_decay * w[i];
-        buf[i] = b;
-        w[i] -= hp.lr * b;
+        float decay = !pool || tfb_runs_contain(runs, n_runs, i) ? hp.weight_decay : 0.0f;
+        tfb_sgd_elem(&w[i], g[i], &buf[i], &hp, decay);
     }
 }
 
 static tfb_status cuda_sgd(void *ctx, float *w, const float *g, float *buf, size_t n, const tfb_sgd_hparams *hp) {
-    k_sgd<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, buf, n, *hp);
+    if (n == 0) return TFB_OK;
+    k_sgd<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, buf, n, *hp, NULL, 0, 0);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+static tfb_status cuda_sgd_pool(void *ctx, float *w, const float *g, float *buf, size_t n, const uint64_t *runs,
+                                int n_runs, const tfb_sgd_hparams *hp) {
+    if (n == 0) return TFB_OK;
+    k_sgd<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, buf, n, *hp, runs, n_runs, 1);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -438,6 +456,8 @@ void tfb_cuda_ops_install(tfb_backend *be) {
     be->xent_bwd = cuda_xent_bwd;
     be->adamw = cuda_adamw;
     be->sgd = cuda_sgd;
+    be->adamw_pool = cuda_adamw_pool;
+    be->sgd_pool = cuda_sgd_pool;
     be->cast = cuda_cast;
     be->check_finite = cuda_check_finite;
 }
