@@ -1,29 +1,21 @@
 /* optim.c — see optim.h. */
 #include <stdlib.h>
-#include <string.h>
 #include "optim.h"
 
-static int by_offset(const void *a, const void *b) {
-    size_t x = ((const tfb_param_info *)a)->offset, y = ((const tfb_param_info *)b)->offset;
-    return x < y ? -1 : x > y;
-}
-
-/* The weight-decay runs of wl: the parameters with decay in offset order, adjacent ones merged, as [start, end)
- * element offsets in runs (room for n_params runs). Returns their number, -1 when out of memory. */
+/* The weight-decay runs of wl: the parameters with decay, adjacent ones merged, as [start, end) element offsets in
+ * runs (room for n_params runs). The table lists parameters in pool order (the layouts carve them so). Returns
+ * their number, -1 when the table is not in pool order. */
 static int decay_runs(const tfb_workload *wl, uint64_t *runs) {
     int n = 0;
-    tfb_param_info *p = malloc((size_t)(wl->n_params ? wl->n_params : 1) * sizeof *p);
-    if (!p) return -1;
-    memcpy(p, wl->params, (size_t)wl->n_params * sizeof *p);
-    qsort(p, (size_t)wl->n_params, sizeof *p, by_offset);
     for (int i = 0; i < wl->n_params; i++) {
-        if (!p[i].decay || p[i].numel == 0) continue;
-        if (n > 0 && runs[2 * n - 1] == p[i].offset) { runs[2 * n - 1] += p[i].numel; continue; }
-        runs[2 * n] = p[i].offset;
-        runs[2 * n + 1] = p[i].offset + p[i].numel;
+        const tfb_param_info *p = &wl->params[i];
+        if (i > 0 && p->offset < wl->params[i - 1].offset + wl->params[i - 1].numel) return -1;
+        if (!p->decay || p->numel == 0) continue;
+        if (n > 0 && runs[2 * n - 1] == p->offset) { runs[2 * n - 1] += p->numel; continue; }
+        runs[2 * n] = p->offset;
+        runs[2 * n + 1] = p->offset + p->numel;
         n++;
     }
-    free(p);
     return n;
 }
 
@@ -32,7 +24,7 @@ static tfb_status optim_plan(tfb_optim *o, const tfb_workload *wl, uint64_t **ru
     *runs = malloc((size_t)(wl->n_params ? wl->n_params : 1) * 2 * sizeof **runs);
     TFB_CHECK_ALLOC(*runs);
     o->n_runs = decay_runs(wl, *runs);
-    if (o->n_runs < 0) return TFB_ERR_NOMEM;
+    if (o->n_runs < 0) return TFB_ERR_STATE;
     tfb_mempool_add(&o->pool, (void **)&o->m, wl->numel * sizeof(float));
     if (wl->optimizer == TFB_OPT_ADAMW) tfb_mempool_add(&o->pool, (void **)&o->v, wl->numel * sizeof(float));
     if (o->n_runs) tfb_mempool_add(&o->pool, (void **)&o->runs, (size_t)o->n_runs * 2 * sizeof **runs);

@@ -29,7 +29,7 @@ typedef struct {
 } tfb_loss_scaler;
 
 tfb_status tfb_optim_init(tfb_optim *o, tfb_backend *be, const tfb_workload *wl, float lr, float weight_decay);
-/* Bytes tfb_optim_init takes for wl (its pool, as planned): what `tfbench estimate` counts. 0 when out of memory. */
+/* Bytes tfb_optim_init takes for wl (its pool, as planned): what `tfbench estimate` counts. 0 when it cannot be planned. */
 size_t tfb_optim_plan_bytes(const tfb_workload *wl);
 /* One update; grad_scale multiplies every gradient first (1 / (loss scale * ranks)). */
 tfb_status tfb_optim_step(tfb_optim *o, float grad_scale);

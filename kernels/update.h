@@ -8,8 +8,15 @@
  */
 #ifndef TFB_UPDATE_H
 #define TFB_UPDATE_H
+#include <math.h>
 #include <stdint.h>
 #include "backend.h"
+
+/* AdamW's bias corrections for hp->step: c1 = 1 / (1 - b1^step), c2 = 1 / (1 - b2^step). */
+TFB_HD void tfb_adamw_corrections(const tfb_adamw_hparams *hp, float *c1, float *c2) {
+    *c1 = 1.0f / (1.0f - powf(hp->beta1, (float)hp->step));
+    *c2 = 1.0f / (1.0f - powf(hp->beta2, (float)hp->step));
+}
 
 TFB_HD void tfb_adamw_elem(float *w, float g, float *m, float *v, const tfb_adamw_hparams *hp, float decay, float c1,
                            float c2) {

@@ -268,8 +268,8 @@ static tfb_status cpu_xent_bwd(void *ctx, float *dlogits, const float *logits, c
 
 static void adamw_range(float *w, const float *g, float *m, float *v, size_t a, size_t b,
                         const tfb_adamw_hparams *hp, float decay) {
-    float c1 = 1.0f / (1.0f - powf(hp->beta1, (float)hp->step));
-    float c2 = 1.0f / (1.0f - powf(hp->beta2, (float)hp->step));
+    float c1, c2;
+    tfb_adamw_corrections(hp, &c1, &c2);
 #pragma omp parallel for schedule(static)
     for (size_t i = a; i < b; i++) tfb_adamw_elem(&w[i], g[i], &m[i], &v[i], hp, decay, c1, c2);
 }
@@ -293,17 +293,25 @@ static tfb_status cpu_sgd(void *ctx, float *w, const float *g, float *buf, size_
     return TFB_OK;
 }
 
-/* The pool runs by stretches: each decay run, and the stretch before it, is one parallel loop. */
+/* A pool by stretches: cut k (0 <= k <= 2 n_runs) ends stretch k, which decays when k is odd (inside a run). The
+ * runs must be ascending, disjoint and inside the pool. */
+static int runs_valid(const uint64_t *runs, int n_runs, size_t n) {
+    for (int k = 0; k < 2 * n_runs; k++)
+        if (runs[k] > n || (k > 0 && runs[k] < runs[k - 1])) return 0;
+    return 1;
+}
+
+static size_t pool_cut(const uint64_t *runs, int n_runs, size_t n, int k) {
+    return k < 2 * n_runs ? (size_t)runs[k] : n;
+}
+
 static tfb_status cpu_adamw_pool(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
                                  const uint64_t *runs, int n_runs, const tfb_adamw_hparams *hp) {
     (void)ctx;
-    size_t at = 0;
-    for (int k = 0; k <= n_runs; k++) {
-        size_t a = k < n_runs ? (size_t)runs[2 * k] : n, b = k < n_runs ? (size_t)runs[2 * k + 1] : n;
-        if (a < at || b < a || b > n) return TFB_ERR_ARG;
-        adamw_range(w, g, m, v, at, a, hp, 0.0f);
-        adamw_range(w, g, m, v, a, b, hp, hp->weight_decay);
-        at = b;
+    if (!runs_valid(runs, n_runs, n)) return TFB_ERR_ARG;
+    for (int k = 0; k <= 2 * n_runs; k++) {
+        size_t a = k ? pool_cut(runs, n_runs, n, k - 1) : 0;
+        adamw_range(w, g, m, v, a, pool_cut(runs, n_runs, n, k), hp, k % 2 ? hp->weight_decay : 0.0f);
     }
     return TFB_OK;
 }
@@ -311,13 +319,10 @@ static tfb_status cpu_adamw_pool(void *ctx, float *w, const float *g, float *m, 
 static tfb_status cpu_sgd_pool(void *ctx, float *w, const float *g, float *buf, size_t n, const uint64_t *runs,
                                int n_runs, const tfb_sgd_hparams *hp) {
     (void)ctx;
-    size_t at = 0;
-    for (int k = 0; k <= n_runs; k++) {
-        size_t a = k < n_runs ? (size_t)runs[2 * k] : n, b = k < n_runs ? (size_t)runs[2 * k + 1] : n;
-        if (a < at || b < a || b > n) return TFB_ERR_ARG;
-        sgd_range(w, g, buf, at, a, hp, 0.0f);
-        sgd_range(w, g, buf, a, b, hp, hp->weight_decay);
-        at = b;
+    if (!runs_valid(runs, n_runs, n)) return TFB_ERR_ARG;
+    for (int k = 0; k <= 2 * n_runs; k++) {
+        size_t a = k ? pool_cut(runs, n_runs, n, k - 1) : 0;
+        sgd_range(w, g, buf, a, pool_cut(runs, n_runs, n, k), hp, k % 2 ? hp->weight_decay : 0.0f);
     }
     return TFB_OK;
 }

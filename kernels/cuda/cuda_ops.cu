@@ -355,8 +355,8 @@ __global__ void k_adamw(float *w, const float *g, float *m, float *v, size_t n, 
 
 static tfb_status adamw_launch(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
                                const uint64_t *runs, int n_runs, int pool, const tfb_adamw_hparams *hp) {
-    float c1 = 1.0f / (1.0f - powf(hp->beta1, (float)hp->step));
-    float c2 = 1.0f / (1.0f - powf(hp->beta2, (float)hp->step));
+    float c1, c2;
+    tfb_adamw_corrections(hp, &c1, &c2);
     if (n == 0) return TFB_OK;
     k_adamw<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, m, v, n, *hp, c1, c2, runs, n_runs, pool);
     TFB_CHECK_LAUNCH();
