@@ -28,6 +28,7 @@ struct tfb_power_meter {
     double total_j;                         /* since open, wraparound corrected, all packages */
     double window_j, mark_j;                /* inside windows; total at the open window's start */
     double last_t, last_total, peak_w;      /* the sampling interval under way */
+    int last_sure;                          /* its start was read promptly (see stamped_read) */
     int samples;
     long thr_mark, thr_events;
     tfb_nvml *nvml;                         /* a GPU meter: NVML's board energy counter of GPU `gpu` (else RAPL) */
@@ -177,6 +178,17 @@ static long throttle_sum(const tfb_power_meter *m) {
     return s;
 }
 
+/* Reads the counters and stamps the reading with the middle of the read. A read that took long (the thread was
+ * descheduled in it) has an uncertain time: its intervals still count towards the energy but not the peak. */
+enum { READ_SLACK_MS = 20 };
+static double stamped_read(tfb_power_meter *m, int *sure) {
+    double t0 = tfb_clock_s();
+    counters_read(m);
+    double t1 = tfb_clock_s();
+    *sure = t1 - t0 < READ_SLACK_MS * 1e-3;
+    return 0.5 * (t0 + t1);
+}
+
 static void *sampler(void *arg) {
     tfb_power_meter *m = arg;
     pthread_mutex_lock(&m->mu);
@@ -186,15 +198,15 @@ static void *sampler(void *arg) {
         until.tv_sec += 1;
         pthread_cond_timedwait(&m->cv, &m->mu, &until);
         if (!m->running) break;
-        counters_read(m);
-        double now = tfb_clock_s();
+        int sure;
+        double now = stamped_read(m, &sure);
         if (m->in_window && now > m->last_t) {
             double w = (m->total_j - m->last_total) / (now - m->last_t);
-            if (w > m->peak_w) m->peak_w = w;
+            if (sure && m->last_sure && w > m->peak_w) m->peak_w = w;
             m->samples++;
             if (m->nvml) gpu_throttle_sample(m);
         }
-        m->last_t = now, m->last_total = m->total_j;
+        m->last_t = now, m->last_total = m->total_j, m->last_sure = sure;
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
@@ -212,9 +224,8 @@ void tfb_power_start(tfb_power_meter *m) {
 void tfb_power_window_begin(tfb_power_meter *m) {
     if (!m) return;
     pthread_mutex_lock(&m->mu);
-    counters_read(m);
+    m->last_t = stamped_read(m, &m->last_sure);
     m->mark_j = m->last_total = m->total_j;
-    m->last_t = tfb_clock_s();
     m->in_window = 1;
     m->thr_mark = throttle_sum(m);
     pthread_mutex_unlock(&m->mu);
