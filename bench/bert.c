@@ -17,7 +17,6 @@
 #include <string.h>
 #include "bert.h"
 #include "bert_layer.h"
-#include "clock.h"
 #include "mempool.h"
 #include "npy.h"
 #include "../kernels/philox.h"
@@ -560,11 +559,9 @@ static tfb_status bert_backward(void *self, int step, int mb, int slot, float lo
         t0 = tfb_workload_unit_start(&m->wl, m->be);
         const bert_layer_acts *saved = &a->layer[l];
         if (m->wc.checkpointing) { /* same weights, inputs and dropout keys: the forward's exact activations */
-            TFB_CHECK(m->be->sync(m->be->ctx));
-            double r0 = tfb_clock_s();
+            TFB_CHECK(tfb_workload_mark(&m->wl, TFB_MARK_RECOMPUTE_BEGIN));
             TFB_CHECK(bert_layer_fwd(&m->ctx, l, &m->w.layer[l], x, &m->rc));
-            TFB_CHECK(m->be->sync(m->be->ctx));
-            m->wl.recompute_s += tfb_clock_s() - r0;
+            TFB_CHECK(tfb_workload_mark(&m->wl, TFB_MARK_RECOMPUTE_END));
             saved = &m->rc;
         }
         TFB_CHECK(bert_layer_bwd(&m->ctx, l, &m->w.layer[l], &m->g.layer[l], x, saved, &m->s, m->dy));

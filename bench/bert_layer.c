@@ -7,7 +7,6 @@
  */
 #include <math.h>
 #include "bert_layer.h"
-#include "clock.h"
 #include "workload.h"
 
 enum { SITE_ATT = 0, SITE_ATTN_OUT = 1, SITE_FFN_OUT = 2 };
@@ -100,15 +99,12 @@ tfb_status bert_col_parallel_bwd(const bert_ctx *c, float *din, float *dw, float
     const void *dy; /* cast once: slot 0 holds it through both GEMMs */
     TFB_CHECK(lp_act(c, 0, dout, (size_t)n * out_f, &dy));
     TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, in_f, 0, 1));
-    TFB_CHECK(c->be->sync(c->be->ctx));
-    tfb_comm_request *req = NULL;
-    double t0 = tfb_clock_s();
+    tfb_comm_request *req = NULL; /* dX's sum over the group runs while the weight gradient is computed */
     TFB_CHECK(c->tp->iallreduce(c->tp, din, (size_t)n * in_f, TFB_COMM_F32, TFB_SUM, &req));
-    c->wl->tp_comm_s += tfb_clock_s() - t0;
     TFB_CHECK(linear_bwd_weight(c, dw, db, dy, dout, in, n, in_f, out_f));
-    t0 = tfb_clock_s();
+    TFB_CHECK(tfb_workload_mark(c->wl, TFB_MARK_WORK));
     TFB_CHECK(c->tp->wait(c->tp, req));
-    c->wl->tp_comm_s += tfb_clock_s() - t0;
+    TFB_CHECK(tfb_workload_mark(c->wl, TFB_MARK_TP));
     c->wl->tp_bus_bytes += 2.0 * (c->tp->size - 1) / c->tp->size * (double)n * in_f * sizeof(float);
     return TFB_OK;
 }

@@ -31,7 +31,7 @@ typedef struct {
     int heads_total;         /* heads of the whole layer (0: heads) */
     int tp_rank;             /* this rank's place in the tensor group: its first head is tp_rank * heads */
     tfb_comm *tp;            /* the tensor group, or NULL */
-    struct tfb_workload *wl; /* where tensor-group time is counted (tp_comm_s); may be NULL without a group */
+    struct tfb_workload *wl; /* its timing marks and tensor-group bytes; may be NULL without a group */
     float dropout;
     uint64_t seed;
     int step;

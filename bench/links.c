@@ -204,26 +204,30 @@ static tfb_status sweep(links_ctx *L, coll_op op, cJSON *rows) {
  * of a 4-byte message; on rank 0, times are those of rank i. */
 static tfb_status pair_measure(links_ctx *L, int i, int j, double out[3]) {
     tfb_comm *w = L->w;
+    tfb_backend *be = L->be; /* device transfers return once queued: the clock is read after a sync */
     int me = w->rank, peer = me == i ? j : i, n = (int)(L->o.max_bytes < (16u << 20) ? L->o.max_bytes / 4 : 4u << 20);
     double t = 0, v[3] = {0, 0, 0};
     TFB_CHECK(w->barrier(w));
     if (me == i || me == j) {
         for (int k = 0; k < L->o.warmup + L->o.iters; k++) {
-            if (k == L->o.warmup) t = tfb_clock_s();
+            if (k == L->o.warmup) { TFB_CHECK(be->sync(be->ctx)); t = tfb_clock_s(); }
             if (me == i) TFB_CHECK(w->send(w, L->a, (size_t)n, TFB_COMM_F32, j, 12));
             else TFB_CHECK(w->recv(w, L->b, (size_t)n, TFB_COMM_F32, i, 12));
         }
         TFB_CHECK(w->sendrecv(w, L->a, 1, peer, L->b, 1, peer, TFB_COMM_F32, 13)); /* the receiver has all of it */
+        TFB_CHECK(be->sync(be->ctx));
         v[0] = (double)n * 4 * L->o.iters / (tfb_clock_s() - t) / 1e9;
         t = tfb_clock_s();
         for (int k = 0; k < L->o.iters; k++)
             TFB_CHECK(w->sendrecv(w, L->a, (size_t)n, peer, L->b, (size_t)n, peer, TFB_COMM_F32, 14));
+        TFB_CHECK(be->sync(be->ctx));
         v[1] = 2.0 * n * 4 * L->o.iters / (tfb_clock_s() - t) / 1e9;
         t = tfb_clock_s();
         for (int k = 0; k < L->o.iters; k++) {
             if (me == i) { TFB_CHECK(w->send(w, L->a, 1, TFB_COMM_F32, j, 15)); TFB_CHECK(w->recv(w, L->b, 1, TFB_COMM_F32, j, 15)); }
             else { TFB_CHECK(w->recv(w, L->b, 1, TFB_COMM_F32, i, 15)); TFB_CHECK(w->send(w, L->a, 1, TFB_COMM_F32, i, 15)); }
         }
+        TFB_CHECK(be->sync(be->ctx));
         v[2] = (tfb_clock_s() - t) / L->o.iters / 2 * 1e6;
         if (me == i && i != 0) TFB_CHECK(w->send(w, v, 3, TFB_COMM_F64, 0, 16));
     }

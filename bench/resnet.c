@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "resnet.h"
-#include "clock.h"
 #include "mempool.h"
 #include "npy.h"
 #include "../kernels/philox.h"
@@ -518,10 +517,9 @@ static const void *lp_weight(resnet_model *m, const float *w) {
 /* full (n, T * cl, hw) = every rank's local (n, cl, hw), gathered over the tensor group. */
 static tfb_status gather_channels(resnet_model *m, float *full, const float *local, int n, int cl, int hw) {
     size_t chunk = (size_t)cl * hw, per_rank = (size_t)n * chunk;
-    double t0 = tfb_clock_s();
-    TFB_CHECK(m->be->sync(m->be->ctx));
+    TFB_CHECK(tfb_workload_mark(&m->wl, TFB_MARK_WORK));
     TFB_CHECK(m->wc.tp->allgather(m->wc.tp, local, m->gather, per_rank, TFB_COMM_F32));
-    m->wl.tp_comm_s += tfb_clock_s() - t0;
+    TFB_CHECK(tfb_workload_mark(&m->wl, TFB_MARK_TP));
     m->wl.tp_bus_bytes += (double)(m->T - 1) * per_rank * sizeof(float);
     for (int r = 0; r < m->T; r++)
         TFB_CHECK(m->be->copy_2d(m->be->ctx, full + r * chunk, chunk * m->T, m->gather + r * per_rank, chunk, (size_t)n,
@@ -824,16 +822,13 @@ static const float *block_input(resnet_model *m, rn_net *net, int b) {
 /* Checkpointing: block b's forward again from its kept input (same batch statistics, synchronised the same way;
  * running statistics untouched), so backward reads exactly the activations the forward made. */
 static tfb_status recompute_block(resnet_model *m, rn_net *net, int b) {
-    TFB_CHECK(m->be->sync(m->be->ctx));
-    double t0 = tfb_clock_s();
+    TFB_CHECK(tfb_workload_mark(&m->wl, TFB_MARK_RECOMPUTE_BEGIN));
     use_recompute_buffers(m, &net->blocks[b]);
     m->recomputing = 1;
     tfb_status st = block_fwd(m, &net->blocks[b], block_input(m, net, b));
     m->recomputing = 0;
     TFB_CHECK(st);
-    TFB_CHECK(m->be->sync(m->be->ctx));
-    m->wl.recompute_s += tfb_clock_s() - t0;
-    return TFB_OK;
+    return tfb_workload_mark(&m->wl, TFB_MARK_RECOMPUTE_END);
 }
 
 static tfb_status resnet_backward(void *self, int step, int mb, int slot, float loss_scale, tfb_grad_ready_fn ready,

@@ -24,6 +24,12 @@
 
 enum { PIPE_TAG = 7 };
 
+/* What the time between two marks was: a phase, and within it exposed tensor-group communication or
+ * recomputation (reported apart as well). */
+typedef struct {
+    unsigned char phase, tp, recompute;
+} step_interval;
+
 typedef struct {
     const tfb_train_env *env;
     const tfb_strategy *s;
@@ -37,8 +43,10 @@ typedef struct {
     tfb_power_meter *meter;           /* this node's energy counters while the steps run (NULL: not this rank) */
     tfb_op *ops;
     int n_ops, slots;
-    int *mark_phase;                  /* [n_ops + 4] the phase of the interval that mark k ends (k >= 1) */
-    int n_marks;                      /* marks recorded in this step */
+    step_interval *iv;                /* [cap_marks] what the interval that mark k ends was (k >= 1) */
+    int n_marks, cap_marks;           /* marks recorded in this step, and reserved */
+    int phase;                        /* the phase of the op running (the workload's marks take it) */
+    int recomputing;                  /* between the workload's RECOMPUTE_BEGIN and _END marks */
     int *slot_of;                     /* [microbatches] activation set of each micro-batch, -1 when none */
     unsigned char *taken;             /* [slots] */
     float *tied_buf;                  /* (tied_numel) the other end's tied-embedding gradient */
@@ -59,6 +67,17 @@ static tfb_status group_sum(void *ctx, float *host, int n) {
 
 /* ---- set-up ---- */
 
+/* Room for n marks: the workload's add to the schedule's (a few per layer under tensor parallelism or
+ * checkpointing), so the first step grows the reserve and later ones find it. */
+static tfb_status marks_grow(train_ctx *t, int n) {
+    if (n <= t->cap_marks) return TFB_OK;
+    step_interval *iv = realloc(t->iv, (size_t)n * sizeof *iv);
+    TFB_CHECK_ALLOC(iv);
+    t->iv = iv;
+    t->cap_marks = n;
+    return t->env->be->marks_reserve(t->env->be->ctx, n);
+}
+
 static tfb_status build_schedule(train_ctx *t) {
     const tfb_strategy *s = t->s;
     int M = s->microbatches;
@@ -69,11 +88,9 @@ static tfb_status build_schedule(train_ctx *t) {
     t->n_ops = tfb_schedule_build(s->schedule, s->pp, t->lay.pp_rank, M, t->ops);
     t->slots = tfb_schedule_in_flight(t->ops, t->n_ops);
     t->taken = calloc((size_t)t->slots, 1);
-    t->mark_phase = calloc((size_t)t->n_ops + 4, sizeof *t->mark_phase);
     TFB_CHECK_ALLOC(t->taken);
-    TFB_CHECK_ALLOC(t->mark_phase);
     for (int m = 0; m < M; m++) t->slot_of[m] = -1;
-    return t->env->be->marks_reserve(t->env->be->ctx, t->n_ops + 4);
+    return marks_grow(t, t->n_ops + 4);
 }
 
 /* plan_only: a workload sized as the run's but without checkpointing, allocating nothing (the saving's baseline). */
@@ -200,7 +217,6 @@ static tfb_status transfer(train_ctx *t, const tfb_op *op) {
     tfb_comm *pp = t->lay.pp_comm;
     tfb_workload *wl = t->wl;
     int prev = pp->rank - 1, next = pp->rank + 1, sl;
-    TFB_CHECK(t->env->be->sync(t->env->be->ctx));
     switch (op->kind) {
     case TFB_OP_RECV_ACT:
         if ((sl = slot_for(t, op->mb)) < 0) return TFB_ERR_STATE;
@@ -243,21 +259,36 @@ static tfb_status compute(train_ctx *t, const tfb_op *op, int step, double *loss
 }
 
 /* Phases are timed with the backend's marks (CUDA events on a GPU), not by stopping the device at every edge:
- * step_mark closes the interval since the previous mark as `phase`; step_phases adds the intervals up once the
- * step's closing sync has returned. */
-static tfb_status step_mark(train_ctx *t, int phase) {
+ * step_mark closes the interval since the previous mark as `iv`; step_phases adds the intervals up once the
+ * step's closing sync has returned. The workload marks inside forward and backward too (workload_mark): around
+ * the waits for tensor-group collectives and around recomputation, which are timed the same way. */
+static tfb_status step_mark(train_ctx *t, step_interval iv) {
     tfb_backend *be = t->env->be;
-    t->mark_phase[t->n_marks] = phase;
+    if (t->n_marks == t->cap_marks) TFB_CHECK(marks_grow(t, 2 * t->cap_marks));
+    t->iv[t->n_marks] = iv;
     return be->mark(be->ctx, t->n_marks++);
+}
+
+static tfb_status phase_mark(train_ctx *t, int phase) { return step_mark(t, (step_interval){.phase = phase}); }
+
+static tfb_status workload_mark(void *ctx, tfb_mark_kind kind) {
+    train_ctx *t = ctx;
+    step_interval iv = {.phase = t->phase, .tp = kind == TFB_MARK_TP, .recompute = t->recomputing};
+    if (kind == TFB_MARK_RECOMPUTE_BEGIN) t->recomputing = 1;
+    if (kind == TFB_MARK_RECOMPUTE_END) t->recomputing = 0;
+    return step_mark(t, iv);
 }
 
 static tfb_status step_phases(train_ctx *t, double ph[TFB_N_PHASES]) {
     tfb_backend *be = t->env->be;
     memset(ph, 0, TFB_N_PHASES * sizeof *ph);
+    t->wl->tp_comm_s = t->wl->recompute_s = 0;
     for (int k = 1; k < t->n_marks; k++) {
         double s = 0;
         TFB_CHECK(be->mark_seconds(be->ctx, k - 1, k, &s));
-        ph[t->mark_phase[k]] += s;
+        ph[t->iv[k].phase] += s;
+        if (t->iv[k].tp) t->wl->tp_comm_s += s;
+        if (t->iv[k].recompute) t->wl->recompute_s += s;
     }
     return TFB_OK;
 }
@@ -269,10 +300,9 @@ static tfb_status run_schedule(train_ctx *t, int step, double *loss_sum) {
         int is_compute = op->kind == TFB_OP_FWD || op->kind == TFB_OP_BWD;
         tfb_watchdog_mark(op->kind == TFB_OP_FWD ? "forward" : op->kind == TFB_OP_BWD ? "backward"
                                                                                         : "a pipeline transfer", step);
+        t->phase = op->kind == TFB_OP_FWD ? TFB_PHASE_FWD : op->kind == TFB_OP_BWD ? TFB_PHASE_BWD : TFB_PHASE_PIPE;
         TFB_CHECK(is_compute ? compute(t, op, step, loss_sum) : transfer(t, op));
-        TFB_CHECK(step_mark(t, op->kind == TFB_OP_FWD   ? TFB_PHASE_FWD
-                               : op->kind == TFB_OP_BWD ? TFB_PHASE_BWD
-                                                        : TFB_PHASE_PIPE));
+        TFB_CHECK(phase_mark(t, t->phase));
     }
     return TFB_OK;
 }
@@ -341,19 +371,23 @@ static tfb_status train_step(train_ctx *t, int step, double ph[TFB_N_PHASES], do
     tfb_backend *be = t->env->be;
     double loss_sum = 0;
     TFB_CHECK(inject_faults(t, step));
-    t->wl->tp_comm_s = t->wl->tp_bus_bytes = t->wl->recompute_s = 0;
-    t->n_marks = 0;
-    TFB_CHECK(step_mark(t, TFB_PHASE_FWD)); /* the step's start (mark 0 ends no interval) */
+    t->wl->tp_bus_bytes = 0;
+    t->n_marks = t->recomputing = 0;
+    TFB_CHECK(phase_mark(t, TFB_PHASE_FWD)); /* the step's start (mark 0 ends no interval) */
     TFB_CHECK(be->fill(be->ctx, t->wl->grad_pool, 0.0f, t->wl->numel));
-    TFB_CHECK(step_mark(t, TFB_PHASE_FWD)); /* zeroing the gradients counts with the forward phase */
-    TFB_CHECK(run_schedule(t, step, &loss_sum));
+    TFB_CHECK(phase_mark(t, TFB_PHASE_FWD)); /* zeroing the gradients counts with the forward phase */
+    t->wl->mark = workload_mark;
+    t->wl->mark_ctx = t;
+    tfb_status st = run_schedule(t, step, &loss_sum);
+    t->wl->mark = NULL;
+    TFB_CHECK(st);
     tfb_watchdog_mark("the gradient all-reduce", step);
     TFB_CHECK(tfb_ddp_finish(&t->ddp));
     TFB_CHECK(tied_exchange(t));
-    TFB_CHECK(step_mark(t, TFB_PHASE_COMM));
+    TFB_CHECK(phase_mark(t, TFB_PHASE_COMM));
     tfb_watchdog_mark("the optimizer (finiteness all-reduce, update)", step);
     TFB_CHECK(optimizer_phase(t, step));
-    TFB_CHECK(step_mark(t, TFB_PHASE_OPT));
+    TFB_CHECK(phase_mark(t, TFB_PHASE_OPT));
     TFB_CHECK(be->sync(be->ctx));
     TFB_CHECK(step_phases(t, ph));
     t->tp_bytes = t->wl->tp_bus_bytes;
@@ -742,7 +776,7 @@ static void teardown(train_ctx *t) {
     free(t->ops);
     free(t->slot_of);
     free(t->taken);
-    free(t->mark_phase);
+    free(t->iv);
     tfb_grid_destroy(&t->lay);
 }
 

@@ -120,11 +120,14 @@ tfb_status tfb_workload_unit_stop(tfb_workload *wl, tfb_backend *be, int unit, d
     return TFB_OK;
 }
 
+tfb_status tfb_workload_mark(const tfb_workload *wl, tfb_mark_kind kind) {
+    return wl->mark ? wl->mark(wl->mark_ctx, kind) : TFB_OK;
+}
+
 tfb_status tfb_workload_tp_allreduce(tfb_workload *wl, tfb_comm *tp, float *buf, size_t n, tfb_comm_op op) {
     if (!tp || tp->size == 1) return TFB_OK;
-    double t0 = tfb_clock_s();
-    tfb_status st = tp->allreduce(tp, buf, n, TFB_COMM_F32, op);
-    wl->tp_comm_s += tfb_clock_s() - t0;
+    TFB_CHECK(tfb_workload_mark(wl, TFB_MARK_WORK));
+    TFB_CHECK(tp->allreduce(tp, buf, n, TFB_COMM_F32, op));
     wl->tp_bus_bytes += 2.0 * (tp->size - 1) / tp->size * (double)n * sizeof(float);
-    return st;
+    return tfb_workload_mark(wl, TFB_MARK_TP);
 }

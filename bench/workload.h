@@ -38,6 +38,12 @@ typedef tfb_status (*tfb_group_sum_fn)(void *ctx, float *host, int n);
 
 typedef enum { TFB_OPT_ADAMW = 0, TFB_OPT_SGD = 1 } tfb_optimizer_kind;
 
+/* What the interval a workload's timing mark closes was: its own kernels, the wait for a tensor-group collective
+ * (exposed communication), or the start / end of a checkpointed layer's recomputation (intervals between the two
+ * are recomputation, collectives inside them included). */
+typedef enum { TFB_MARK_WORK = 0, TFB_MARK_TP = 1, TFB_MARK_RECOMPUTE_BEGIN = 2, TFB_MARK_RECOMPUTE_END = 3 } tfb_mark_kind;
+typedef tfb_status (*tfb_mark_fn)(void *ctx, tfb_mark_kind kind);
+
 /* A workload's planned memory by purpose, in bytes as allocated (64-byte aligned). The driver adds the optimizer
  * state and its own buffers (estimate.c adds them the same way). */
 typedef struct {
@@ -102,9 +108,13 @@ struct tfb_workload {
     size_t in_elems, out_elems;    /* floats per micro-batch received from the previous / sent to the next stage */
     size_t tied_offset, tied_numel;/* gradient to sum with the other end of the pipeline (0 elements: none) */
     int slots_in_use, slots_peak;  /* activation sets holding a micro-batch now, and the most at once */
-    double tp_comm_s;              /* seconds spent in tensor-parallel collectives (the driver resets it) */
+    /* The driver's timing marks while a step runs (NULL otherwise): the workload marks around what it does not time
+     * as its own work, with no synchronisation; the driver reads the marks after the step and fills these two. */
+    tfb_mark_fn mark;
+    void *mark_ctx;
+    double tp_comm_s;              /* seconds the step waited on tensor-parallel collectives (exposed; the driver's) */
     double tp_bus_bytes;           /* their bus bytes (nccl-tests convention; the driver resets it) */
-    double recompute_s;            /* synchronised seconds recomputing under checkpointing (the driver resets it) */
+    double recompute_s;            /* seconds recomputing under checkpointing (the driver's) */
     double *unit_s;                /* [n_units] synchronised seconds in each unit this stage holds (time_units) */
     int n_units;                   /* units of the whole model */
 
@@ -141,8 +151,10 @@ void tfb_workload_slot_give(tfb_workload *wl, int slot, unsigned char *busy);
  * stop adds the time since t0 to unit_s[unit]. */
 double tfb_workload_unit_start(const tfb_workload *wl, tfb_backend *be);
 tfb_status tfb_workload_unit_stop(tfb_workload *wl, tfb_backend *be, int unit, double t0);
-/* Sum (or max) over the tensor group, timed into wl->tp_comm_s and counted into tp_bus_bytes; nothing when there
- * is no group. */
+/* A timing mark of the driver's (nothing outside a step). */
+tfb_status tfb_workload_mark(const tfb_workload *wl, tfb_mark_kind kind);
+/* Sum (or max) over the tensor group between marks (its wait timed as TP) and counted into tp_bus_bytes; nothing
+ * when there is no group. */
 tfb_status tfb_workload_tp_allreduce(tfb_workload *wl, tfb_comm *tp, float *buf, size_t n, tfb_comm_op op);
 
 #endif

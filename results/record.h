@@ -58,7 +58,7 @@ typedef struct {
     /* where the step went, mean over ranks of each rank's median share */
     double share_compute, share_comm, share_bubble;
     double bus_bytes_per_step;   /* collective bus bytes per step and rank (nccl-tests convention) */
-    double coll_time_s;          /* median time per step in collectives (TP calls + exposed DP wait), max over ranks */
+    double coll_time_s;          /* median time per step waiting on collectives (TP + DP, exposed), max over ranks */
     /* measurements */
     double *step_s;              /* [trials * steps] */
     double *phase_s[TFB_N_PHASES]; /* [trials * steps] */

@@ -2,7 +2,7 @@
 # Runs every tfbench test (C unit tests, then the end-to-end checks through the command line) from the repository
 # root, counts each "ok"/"FAIL" line they print, and ends with "N passed, N failed". Exit status 1 on any failure.
 # TFB_BUILD names the build folder under test (default build; `make sanitize` uses build-sanitize).
-set -u
+set -u -o pipefail  # a test program that crashes fails the run even when tee, last in the pipe, succeeds
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export TFB_BUILD=${TFB_BUILD:-build}

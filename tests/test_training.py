@@ -28,6 +28,7 @@
   results directory removed mid-run leaves the results in a fallback file; concurrent runs never share a file.
 """
 import array, csv, io, json, math, os, re, random, shutil, signal, struct, subprocess, sys, tempfile, time
+from statistics import median
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, os.environ.get("TFB_BUILD", "build"), "tfbench")
@@ -756,7 +757,7 @@ def equivalent(tag, base, ref, layouts):
     final parameters within 1e-5 relative as a whole and 1e-4 per tensor (a tensor that starts at zero, such as a
     batch-norm beta, holds sums of nearly cancelling gradients whose rounding depends on the reduction order)."""
     for ranks, args in layouts:
-        name = f"{tag}_{'_'.join(a.strip('-') for a in args)}"
+        name = f"{tag}_{ranks}ranks_{'_'.join(a.strip('-') for a in args)}"
         d = os.path.join(TMP, name)
         p, r = tfbench(base + args + ["--dump", d], ranks, name)
         if r is None or ref[1] is None:
@@ -766,6 +767,12 @@ def equivalent(tag, base, ref, layouts):
         whole, worst, f = params_rel(ref[0], d, "param_final")
         check(f"{name}_matches_1_rank", e < 1e-5 and whole < 1e-5 and worst < 1e-4,
               f"loss max rel {e:.3g}, params {whole:.3g}, worst tensor {worst:.3g} ({f})")
+        if args[:2] == ["--parallel", "tensor"]:  # no replicas: the collective time is the tensor group's waits, plus
+            s = r["summary"]                       # an empty data-parallel phase (microseconds) that they must dwarf
+            ct, med, share = s["collective_time_per_step_s"], s["step_time_s"]["median"], s["step_shares"]["exposed_communication"]
+            dp_wait = median(r["per_step"]["comm_exposed"])
+            check(f"{name}_tensor_waits_timed", max(5 * dp_wait, 50e-6) < ct < med and 0 < share < 1
+                  and s["collective_bus_bandwidth_gb_s"] is not None, f"collective time {ct}, data-parallel phase {dp_wait}, step {med}, share {share}")
         shutil.rmtree(d, ignore_errors=True)
 
 
@@ -1010,7 +1017,7 @@ def test_checkpointing():
                   f"measured {m0} -> {m1}, estimated {e0} -> {e1}")
             s1 = r1["summary"]
             check(f"checkpointing_{tag}_recompute_timed_hfu_above_mfu", r1["config"]["checkpointing"] is True
-                  and r1["config"]["recompute_s_per_step_median"] > 0 and s1["hfu"] > s1["mfu"] > 0
+                  and 0 < r1["config"]["recompute_s_per_step_median"] < median(r1["per_step"]["backward"]) and s1["hfu"] > s1["mfu"] > 0
                   and r1["config"]["memory_planned_without_checkpointing_bytes_per_rank"] - r1["config"]["memory_planned_bytes_per_rank"] == m0 - m1
                   and "checkpointing saves" in p1.stdout, f"{s1.get('hfu')} {s1.get('mfu')} {r1['config']}")
 

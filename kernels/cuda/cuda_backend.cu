@@ -7,6 +7,7 @@
  * reused at once); everything else is queued on the backend's stream. GEMM/convolution, the training ops and the
  * shard ops are in the other cuda_*.cu files; communication (NCCL) is in cuda_comm.cu.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,18 +111,30 @@ static void cuda_mem_stats(void *ctx, size_t *in_use, size_t *peak, int reset_pe
     if (peak) *peak = c->peak;
 }
 
+tfb_status tfb_cuda_stream_wait(cuda_ctx *c) {
+    if (!c->comms) {
+        TFB_CHECK_CUDA(cudaStreamSynchronize(c->stream));
+        return TFB_OK;
+    }
+    for (;;) { /* a collective of a failed peer never finishes: NCCL's error ends the wait instead */
+        cudaError_t e = cudaStreamQuery(c->stream);
+        if (e == cudaSuccess) return TFB_OK;
+        if (e != cudaErrorNotReady) TFB_CHECK_CUDA(e);
+        TFB_TRY(tfb_cuda_comms_poll(c));
+        sched_yield();
+    }
+}
+
 static tfb_status cuda_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     TFB_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
-    TFB_CHECK_CUDA(cudaStreamSynchronize(c->stream));
-    return TFB_OK;
+    return tfb_cuda_stream_wait(c);
 }
 
 static tfb_status cuda_copy_d2h(void *ctx, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     TFB_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
-    TFB_CHECK_CUDA(cudaStreamSynchronize(c->stream));
-    return TFB_OK;
+    return tfb_cuda_stream_wait(c);
 }
 
 static tfb_status cuda_copy_d2d(void *ctx, void *dst, const void *src, size_t bytes) {
@@ -163,11 +176,7 @@ static tfb_status cuda_normal_fill(void *ctx, float *x, size_t rows, size_t per,
     return TFB_OK;
 }
 
-static tfb_status cuda_sync(void *ctx) {
-    cuda_ctx *c = (cuda_ctx *)ctx;
-    TFB_CHECK_CUDA(cudaStreamSynchronize(c->stream));
-    return TFB_OK;
-}
+static tfb_status cuda_sync(void *ctx) { return tfb_cuda_stream_wait((cuda_ctx *)ctx); }
 
 static tfb_status cuda_marks_reserve(void *ctx, int n) {
     cuda_ctx *c = (cuda_ctx *)ctx;

@@ -4,16 +4,17 @@
  * Each communicator (the world and every split) of two or more ranks owns an NCCL communicator of the same ranks,
  * bootstrapped over MPI (its rank 0 makes the id and broadcasts it), and a communication stream; a one-rank
  * communicator has none, and its device collectives are copies or nothing. Every NCCL operation first waits for
- * the work already queued on the compute stream (an event), so it sees the gradients the backward pass wrote;
- * blocking operations then wait on the host for completion while polling ncclCommGetAsyncError, so a peer that
- * died or an NCCL failure ends the operation with a message naming the rank and the operation, and a peer that
- * hangs is ended by tfbench's watchdog (bench/watchdog.c), which names the operation this rank is in. Non-blocking
- * all-reduces (the data-parallel buckets) overlap the rest of the backward pass on the communication stream; the
- * compute stream waits for them in wait(). NCCL's send and receive match in issue order per pair of ranks: the tag
- * is not used (tfbench's pipeline schedules issue them in the same order on both sides).
+ * the work already queued on the compute stream (an event), so it sees the gradients the backward pass wrote, and
+ * the compute stream then waits for the operation (another event): the host never waits for a collective, so it
+ * keeps queueing work while the GPU communicates. Non-blocking all-reduces (the data-parallel buckets, the
+ * tensor-parallel dX all-reduce) let the compute stream run on until wait(). Failures surface where the host does
+ * wait, in the backend's sync and copies to the host: they poll ncclCommGetAsyncError of every communicator
+ * (tfb_cuda_comms_poll), so a peer that died or an NCCL failure ends the job with a message naming the rank and
+ * the last operation queued, and a peer that hangs is ended by tfbench's watchdog (bench/watchdog.c), which names
+ * the operation this rank is in. NCCL's send and receive match in issue order per pair of ranks: the tag is not
+ * used (tfbench's pipeline schedules issue them in the same order on both sides).
  * Not here: the choice of algorithms or protocols (NCCL's own, steered by its NCCL_* variables).
  */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,13 +24,16 @@ extern "C" {
 #include "../../bench/comm.h"
 }
 
-typedef struct {
+struct nccl_comm {
     tfb_comm *host;        /* the MPI communicator of the same ranks: host buffers, bootstrap, barrier */
     ncclComm_t nccl;       /* NULL for a one-rank communicator */
     cudaStream_t stream;   /* communication stream */
     cuda_ctx *be;          /* the compute stream's owner */
     cudaEvent_t ready;     /* compute work queued so far, for the communication stream to wait on */
-} nccl_comm;
+    cudaEvent_t done;      /* the last blocking operation, for the compute stream to wait on */
+    const char *last_op;   /* the last operation queued, for the failure message */
+    nccl_comm *next;       /* the backend's list of communicators (polled for errors) */
+};
 
 typedef struct {
     int on_host;
@@ -77,36 +81,35 @@ static tfb_status after_compute(nccl_comm *n) {
     return TFB_OK;
 }
 
-/* Waits on the host for `done`, polling NCCL's asynchronous error; then the compute stream is ordered after it. */
-static tfb_status finish(tfb_comm *c, cudaEvent_t done, const char *what) {
-    nccl_comm *n = ctx_of(c);
-    for (;;) {
-        cudaError_t e = cudaEventQuery(done);
-        if (e == cudaSuccess) break;
-        if (e != cudaErrorNotReady) TFB_CHECK_CUDA(e);
-        ncclResult_t async = ncclSuccess;
-        TFB_CHECK_NCCL(ncclCommGetAsyncError(n->nccl, &async));
-        if (async != ncclSuccess && async != ncclInProgress) {
-            fprintf(stderr, "tfbench[rank %d, cuda:%d]: NCCL %s failed: %s; ending the job\n", tfb_log_rank,
-                    n->be->device, what, ncclGetErrorString(async));
-            ncclCommAbort(n->nccl);
-            n->nccl = NULL;
-            return TFB_ERR_COMM;
-        }
-        sched_yield();
-    }
+/* The compute stream waits for `done` (recorded on the communication stream after `what`); the host does not. */
+static tfb_status order_after(nccl_comm *n, cudaEvent_t done, const char *what) {
+    n->last_op = what;
     TFB_CHECK_CUDA(cudaStreamWaitEvent(n->be->stream, done, 0));
     return TFB_OK;
 }
 
-/* Queues `what` (already enqueued on the communication stream) and blocks until it completes. */
+/* `what`, just queued on the communication stream, comes before everything queued on the compute stream next. */
 static tfb_status complete(tfb_comm *c, const char *what) {
     nccl_comm *n = ctx_of(c);
-    cudaEvent_t done;
-    TFB_CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    tfb_status st = cudaEventRecord(done, n->stream) == cudaSuccess ? finish(c, done, what) : TFB_ERR_BACKEND;
-    cudaEventDestroy(done);
-    return st;
+    TFB_CHECK_CUDA(cudaEventRecord(n->done, n->stream));
+    return order_after(n, n->done, what);
+}
+
+/* Every communicator of the backend: an asynchronous NCCL error ends the wait the host is in. */
+tfb_status tfb_cuda_comms_poll(cuda_ctx *be) {
+    for (nccl_comm *n = be->comms; n; n = n->next) {
+        ncclResult_t async = ncclSuccess;
+        if (!n->nccl) continue;
+        TFB_CHECK_NCCL(ncclCommGetAsyncError(n->nccl, &async));
+        if (async == ncclSuccess || async == ncclInProgress) continue;
+        fprintf(stderr, "tfbench[rank %d, cuda:%d]: NCCL failed on a communicator of %d ranks (last operation "
+                "queued: %s): %s; ending the job\n", tfb_log_rank, be->device, n->host->size,
+                n->last_op ? n->last_op : "none", ncclGetErrorString(async));
+        ncclCommAbort(n->nccl);
+        n->nccl = NULL;
+        return TFB_ERR_COMM;
+    }
+    return TFB_OK;
 }
 
 static size_t type_size(tfb_comm_type t) { return t == TFB_COMM_F32 || t == TFB_COMM_I32 ? 4 : 8; }
@@ -157,7 +160,7 @@ static tfb_status nc_test(tfb_comm *c, tfb_comm_request *req, int *done) {
     *done = e == cudaSuccess;
     if (e != cudaSuccess && e != cudaErrorNotReady) TFB_CHECK_CUDA(e);
     if (!*done) return TFB_OK;
-    tfb_status st = finish(c, r->done, "all-reduce");
+    tfb_status st = order_after(ctx_of(c), r->done, "all-reduce");
     cudaEventDestroy(r->done);
     free(r);
     return st;
@@ -166,7 +169,7 @@ static tfb_status nc_test(tfb_comm *c, tfb_comm_request *req, int *done) {
 static tfb_status nc_wait(tfb_comm *c, tfb_comm_request *req) {
     nccl_request *r = (nccl_request *)req;
     tfb_status st = r->on_host ? ctx_of(c)->host->wait(ctx_of(c)->host, r->host_req)
-                    : r->done  ? finish(c, r->done, "all-reduce") : TFB_OK;
+                    : r->done  ? order_after(ctx_of(c), r->done, "all-reduce") : TFB_OK;
     if (r->done) cudaEventDestroy(r->done);
     free(r);
     return st;
@@ -236,7 +239,7 @@ static tfb_status nc_sendrecv(tfb_comm *c, const void *send, size_t ns, int to, 
 
 static tfb_status nc_barrier(tfb_comm *c) {
     nccl_comm *n = ctx_of(c);
-    TFB_CHECK_CUDA(cudaStreamSynchronize(n->be->stream));
+    TFB_TRY(tfb_cuda_stream_wait(n->be));
     return n->host->barrier(n->host);
 }
 
@@ -247,11 +250,23 @@ static void nc_abort(tfb_comm *c, int code) {
     n->host->abort(n->host, code);
 }
 
-static void nc_destroy(tfb_comm *c) {
-    nccl_comm *n = ctx_of(c);
-    if (n->nccl) ncclCommDestroy(n->nccl);
+static void comm_unlink(nccl_comm *n) {
+    for (nccl_comm **p = &n->be->comms; *p; p = &(*p)->next)
+        if (*p == n) { *p = n->next; return; }
+}
+
+/* The events and stream of n (any of them may not exist yet). */
+static void comm_release(nccl_comm *n) {
+    if (n->done) cudaEventDestroy(n->done);
     if (n->ready) cudaEventDestroy(n->ready);
     if (n->stream) cudaStreamDestroy(n->stream);
+}
+
+static void nc_destroy(tfb_comm *c) {
+    nccl_comm *n = ctx_of(c);
+    comm_unlink(n);
+    if (n->nccl) ncclCommDestroy(n->nccl);
+    comm_release(n);
     n->host->destroy(n->host);
     free(n);
     free(c);
@@ -295,17 +310,18 @@ static tfb_status nc_wrap(cuda_ctx *be, tfb_comm *host, tfb_comm **out) {
     c->split = nc_split; c->abort = nc_abort; c->destroy = nc_destroy;
     tfb_status st = TFB_OK;
     if (cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming) != cudaSuccess)
+        cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming) != cudaSuccess)
         st = TFB_ERR_BACKEND;
     if (st == TFB_OK) st = nccl_open(n);
     if (st != TFB_OK) {
-        n->host = NULL;
-        if (n->ready) cudaEventDestroy(n->ready);
-        if (n->stream) cudaStreamDestroy(n->stream);
+        comm_release(n);
         free(n);
         free(c);
         return st;
     }
+    n->next = be->comms;
+    be->comms = n;
     *out = c;
     return TFB_OK;
 }

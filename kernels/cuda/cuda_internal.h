@@ -17,6 +17,8 @@
 
 /* One cached convolution plan: the shape key, cuDNN's descriptors and the algorithms its search chose. */
 typedef struct tfb_conv_plan tfb_conv_plan;
+/* A communicator's NCCL side (cuda_comm.cu). */
+typedef struct nccl_comm nccl_comm;
 
 typedef struct {
     int device;
@@ -32,7 +34,13 @@ typedef struct {
     void **ptrs; size_t *sizes; int n_allocs, cap_allocs;  /* live allocations, for mem_stats and free */
     size_t in_use, peak;
     cudaEvent_t *marks; int n_marks;          /* timing marks (n_marks events, timing enabled) */
+    nccl_comm *comms;                         /* the communicators over this backend (cuda_comm.cu), newest first */
 } cuda_ctx;
+
+/* Host waits: the stream drained (sync, copies to the host), polling the communicators for asynchronous errors. */
+tfb_status tfb_cuda_stream_wait(cuda_ctx *c);
+/* TFB_ERR_COMM, after a message, when NCCL reports an asynchronous error on one of c's communicators. */
+tfb_status tfb_cuda_comms_poll(cuda_ctx *c);
 
 extern "C" void tfb_cuda_report(const char *call, const char *file, int line, const char *detail);
 

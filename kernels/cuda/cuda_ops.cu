@@ -431,7 +431,7 @@ static tfb_status cuda_check_finite(void *ctx, const float *x, size_t n, int *al
     if (n) k_check_finite<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, c->stream>>>(c->flag, x, n);
     TFB_CHECK_LAUNCH();
     TFB_CHECK_CUDA(cudaMemcpyAsync(&bad, c->flag, sizeof(int), cudaMemcpyDeviceToHost, c->stream));
-    TFB_CHECK_CUDA(cudaStreamSynchronize(c->stream));
+    TFB_TRY(tfb_cuda_stream_wait(c));
     *all_finite = !bad;
     return TFB_OK;
 }
