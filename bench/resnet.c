@@ -5,7 +5,7 @@
  * the 3x3) are 1x1-3x3-1x1 units, basic blocks 3x3-3x3; block 0 of a stage has a projection shortcut (1x1 conv +
  * BN) when the shape changes. Parameters are pooled in forward order (torchvision's order), so backward completes
  * them from the end. Batch-norm statistics are this rank's unless sync_bn, which sums them over the data-parallel
- * group through the driver's callback (small per-channel vectors, combined on the host).
+ * group through the driver's callback (small per-channel vectors, summed where they are: on the GPU with NCCL).
  *
  * Pipeline stages hold contiguous units of the row stem, blocks, head (balanced by multiply-adds), with one
  * activation set (rn_net) per micro-batch in flight. Tensor parallelism splits every convolution's output
@@ -93,8 +93,8 @@ typedef struct {
     float *gather;             /* (largest whole activation) all-gather landing buffer */
     const float *grad_in;      /* where the last backward left the stage's input gradient */
     float *dz;                 /* (largest activation) batch-norm input gradient */
-    float *sum_dy, *sum_dy_xhat; /* (largest K) */
-    float *host_stats;         /* host (4 * largest K) for synchronised batch norm */
+    float *bn_sums;            /* (2 * largest K): a unit's sum dy (K) then sum dy * xhat (K), one all-reduce apart */
+    float *bn_mine;            /* (largest K) this rank's batch mean, under synchronised batch norm */
     void *lp[2];               /* 16-bit casts of activation operands */
     size_t max_act, max_full, max_k;
     struct { float *z, *y, *mean, *var, *xg; size_t out, in, k; } rc[4]; /* checkpointing: one block's unit
@@ -388,8 +388,8 @@ static void plan_shared(resnet_model *m) {
     if (stage_in_elems(m) > m->max_act) m->max_act = stage_in_elems(m);
     for (int i = 0; i < 4; i++) tfb_mempool_add(a, (void **)&m->g[i], m->max_act * 4);
     tfb_mempool_add(a, (void **)&m->dz, m->max_act * 4);
-    tfb_mempool_add(a, (void **)&m->sum_dy, m->max_k * 4);
-    tfb_mempool_add(a, (void **)&m->sum_dy_xhat, m->max_k * 4);
+    tfb_mempool_add(a, (void **)&m->bn_sums, 2 * m->max_k * 4);
+    if (m->wc.sync_bn && m->wc.dp_size > 1) tfb_mempool_add(a, (void **)&m->bn_mine, m->max_k * 4);
     if (m->T > 1) {
         for (int i = 0; i < 2; i++) tfb_mempool_add(a, (void **)&m->gfull[i], m->max_full * 4);
         tfb_mempool_add(a, (void **)&m->gather, m->max_full * 4);
@@ -534,32 +534,14 @@ static tfb_status reduce_channels(resnet_model *m, float *local, float *full, in
     return m->be->copy_2d(m->be->ctx, local, chunk, full + (size_t)m->t * chunk, chunk * m->T, (size_t)n, chunk);
 }
 
-/* ---- synchronised batch norm: combine per-rank (mean, var) of equal counts exactly ---- */
+/* ---- synchronised batch norm: per-rank (mean, var) of equal counts combined exactly, on the backend ---- */
 
 static tfb_status sync_moments(resnet_model *m, rn_unit *u) {
-    int k = u->cd.k, R = m->wc.dp_size;
-    float *mean = m->host_stats, *var = mean + k, *mine = var + k;
-    TFB_CHECK(m->be->copy_d2h(m->be->ctx, mine, u->mean, (size_t)k * 4));
-    TFB_CHECK(m->be->copy_d2h(m->be->ctx, var, u->var, (size_t)k * 4));
-    memcpy(mean, mine, (size_t)k * 4);
-    TFB_CHECK(m->wc.group_sum(m->wc.group_sum_ctx, mean, k));
-    for (int i = 0; i < k; i++) {
-        mean[i] /= (float)R;
-        var[i] += (mine[i] - mean[i]) * (mine[i] - mean[i]);
-    }
-    TFB_CHECK(m->wc.group_sum(m->wc.group_sum_ctx, var, k));
-    for (int i = 0; i < k; i++) var[i] /= (float)R;
-    TFB_CHECK(m->be->copy_h2d(m->be->ctx, u->mean, mean, (size_t)k * 4));
-    return m->be->copy_h2d(m->be->ctx, u->var, var, (size_t)k * 4);
-}
-
-static tfb_status sync_grad_sums(resnet_model *m, int k) {
-    float *h = m->host_stats;
-    TFB_CHECK(m->be->copy_d2h(m->be->ctx, h, m->sum_dy, (size_t)k * 4));
-    TFB_CHECK(m->be->copy_d2h(m->be->ctx, h + k, m->sum_dy_xhat, (size_t)k * 4));
-    TFB_CHECK(m->wc.group_sum(m->wc.group_sum_ctx, h, 2 * k));
-    TFB_CHECK(m->be->copy_h2d(m->be->ctx, m->sum_dy, h, (size_t)k * 4));
-    return m->be->copy_h2d(m->be->ctx, m->sum_dy_xhat, h + k, (size_t)k * 4);
+    int k = u->cd.k;
+    TFB_CHECK(m->be->copy_d2d(m->be->ctx, m->bn_mine, u->mean, (size_t)k * 4));
+    TFB_CHECK(m->wc.group_sum(m->wc.group_sum_ctx, u->mean, k));
+    TFB_CHECK(m->be->bn_moments_merge(m->be->ctx, u->mean, u->var, m->bn_mine, k, m->wc.dp_size));
+    return m->wc.group_sum(m->wc.group_sum_ctx, u->var, k);
 }
 
 /* ---- forward ---- */
@@ -733,13 +715,14 @@ static tfb_status unit_bwd(resnet_model *m, rn_unit *u, float *dy, float *dx) {
     int pq = d->p * d->q;
     const void *x, *dz;
     if (u->relu) TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_RELU, dy, dy, u->y, unit_out(u)));
-    TFB_CHECK(be->bn_bwd_reduce(be->ctx, m->sum_dy, m->sum_dy_xhat, u->dgamma, u->dbeta, dy, u->z, u->mean, u->var,
-                                d->n, d->k, pq, BN_EPS));
+    float *sum_dy = m->bn_sums, *sum_dy_xhat = m->bn_sums + d->k;
+    TFB_CHECK(be->bn_bwd_reduce(be->ctx, sum_dy, sum_dy_xhat, u->dgamma, u->dbeta, dy, u->z, u->mean, u->var, d->n,
+                                d->k, pq, BN_EPS));
     int sync = m->wc.sync_bn && m->wc.dp_size > 1;
-    if (sync) TFB_CHECK(sync_grad_sums(m, d->k));
+    if (sync) TFB_CHECK(m->wc.group_sum(m->wc.group_sum_ctx, m->bn_sums, 2 * d->k));
     double count = (double)d->n * pq * (sync ? m->wc.dp_size : 1);
-    TFB_CHECK(be->bn_bwd_apply(be->ctx, m->dz, dy, u->z, u->mean, u->var, u->gamma, m->sum_dy, m->sum_dy_xhat,
-                               count, d->n, d->k, pq, BN_EPS));
+    TFB_CHECK(be->bn_bwd_apply(be->ctx, m->dz, dy, u->z, u->mean, u->var, u->gamma, sum_dy, sum_dy_xhat, count, d->n,
+                               d->k, pq, BN_EPS));
     TFB_CHECK(lp_act(m, 0, u->x, unit_in(u), &x));
     TFB_CHECK(lp_act(m, 1, m->dz, unit_out(u), &dz));
     TFB_CHECK(be->conv_bwd_filter(be->ctx, d, u->dw, x, dz));
@@ -909,7 +892,6 @@ static void resnet_destroy(void *self) {
     for (int s = 0; m->net && s < m->wc.slots; s++) free(m->net[s].blocks);
     free(m->net);
     free(m->busy);
-    free(m->host_stats);
     free(m->wl.unit_s);
     free(m);
 }
@@ -990,8 +972,6 @@ static tfb_status plan_all(resnet_model *m) {
     plan_pools(m);
     if (m->wc.plan_only) return TFB_OK;
     for (int i = 0; i < 4; i++) TFB_CHECK(tfb_mempool_commit(&m->pools[i], m->be, i == 3));
-    m->host_stats = malloc(4 * (m->max_k + 1) * sizeof(float));
-    TFB_CHECK_ALLOC(m->host_stats);
     return TFB_OK;
 }
 

@@ -60,9 +60,9 @@ typedef struct {
 
 enum { CALIBRATION_STEPS = 3, MAX_UNITS = 256 };
 
-static tfb_status group_sum(void *ctx, float *host, int n) {
+static tfb_status group_sum(void *ctx, float *buf, int n) {
     tfb_comm *c = ctx;
-    return c->allreduce(c, host, (size_t)n, TFB_COMM_F32, TFB_SUM);
+    return c->allreduce(c, buf, (size_t)n, TFB_COMM_F32, TFB_SUM);
 }
 
 /* ---- set-up ---- */

@@ -33,8 +33,8 @@ typedef struct {
 
 /* Called during backward: every gradient at pool offset >= `watermark` is complete. */
 typedef tfb_status (*tfb_grad_ready_fn)(void *ctx, size_t watermark);
-/* Sums n host floats in place over the data-parallel group (synchronised batch norm). */
-typedef tfb_status (*tfb_group_sum_fn)(void *ctx, float *host, int n);
+/* Sums n floats of backend memory in place over the data-parallel group (synchronised batch norm). */
+typedef tfb_status (*tfb_group_sum_fn)(void *ctx, float *buf, int n);
 
 typedef enum { TFB_OPT_ADAMW = 0, TFB_OPT_SGD = 1 } tfb_optimizer_kind;
 

@@ -197,6 +197,11 @@ struct tfb_backend {
     tfb_status (*bn_bwd_apply)(void *ctx, float *dx, const float *dy, const float *x, const float *mean,
                                const float *var, const float *gamma, const float *sum_dy, const float *sum_dy_xhat,
                                double count, int n, int c, int hw, float eps);
+    /* Synchronised batch norm, between two sums over `ranks` equal-sized batches: mean (c) arrives as the sum of
+     * their means and leaves as the mean; var (c) arrives as this rank's variance about its own mean mine (c) and
+     * leaves as its share of the pooled variance, (var + (mine - mean)^2) / ranks, so summing the shares gives the
+     * variance of the whole batch */
+    tfb_status (*bn_moments_merge)(void *ctx, float *mean, float *var, const float *mine, int c, int ranks);
     /* running = (1 - momentum) running + momentum batch, the variance unbiased with count (c) */
     tfb_status (*bn_running_update)(void *ctx, float *run_mean, float *run_var, const float *mean, const float *var,
                                     int c, float momentum, double count);

@@ -433,8 +433,12 @@ static void check_marks(void) {
 
 /* ---- convolutional-network ops ---- */
 
-static void check_batchnorm(void) {
-    int n = 6, c = 16, hw = 49;
+/* One shape; `tag` names the rows after the first shape's. The CUDA channel reductions split each channel over
+ * several blocks when there are few channels: 16 channels give every plane a block of its own, 100 channels of 10
+ * planes split them unevenly, and 640 channels (more than four blocks per SM on an H200) take one block each. */
+static void check_batchnorm_shape(int n, int c, int hw, const char *tag) {
+    char name[64];
+#define BN_ROW(op) (snprintf(name, sizeof name, "%s%s", op, tag), name)
     size_t nx = (size_t)n * c * hw;
     pair x = rand_f32(nx, -2, 3), g = rand_f32((size_t)c, 0.5f, 1.5f), bt = rand_f32((size_t)c, -1, 1);
     pair mean = poisoned((size_t)c), var = poisoned((size_t)c), y = poisoned(nx), dy = rand_f32(nx, -1, 1);
@@ -442,20 +446,31 @@ static void check_batchnorm(void) {
     pair db = rand_f32((size_t)c, -1, 1), dx = poisoned(nx), rm = rand_f32((size_t)c, -1, 1), rv = rand_f32((size_t)c, 0.5f, 2);
     BOTH(be->bn_moments(be->ctx, F(mean), F(var), F(x), n, c, hw));
     pair mom[2] = {mean, var};
-    verdict("bn_moments", "fp32", TOL_FP32, mom, 2);
+    verdict(BN_ROW("bn_moments"), "fp32", TOL_FP32, mom, 2);
     BOTH(be->bn_apply(be->ctx, F(y), F(x), F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f));
-    verdict("bn_apply", "fp32", TOL_FP32, &y, 1);
+    verdict(BN_ROW("bn_apply"), "fp32", TOL_FP32, &y, 1);
     BOTH(be->bn_bwd_reduce(be->ctx, F(sdy), F(sdx), F(dg), F(db), F(dy), F(x), F(mean), F(var), n, c, hw, 1e-5f));
     pair red[4] = {sdy, sdx, dg, db};
-    verdict("bn_bwd_reduce", "fp32", TOL_FP32, red, 4);
+    verdict(BN_ROW("bn_bwd_reduce"), "fp32", TOL_FP32, red, 4);
     BOTH(be->bn_bwd_apply(be->ctx, F(dx), F(dy), F(x), F(mean), F(var), F(g), F(sdy), F(sdx), (double)n * hw, n, c,
                           hw, 1e-5f));
-    verdict("bn_bwd_apply", "fp32", TOL_FP32, &dx, 1);
+    verdict(BN_ROW("bn_bwd_apply"), "fp32", TOL_FP32, &dx, 1);
     BOTH(be->bn_running_update(be->ctx, F(rm), F(rv), F(mean), F(var), c, 0.1f, (double)n * hw));
     pair run[2] = {rm, rv};
-    verdict("bn_running_update", "fp32", TOL_FP32, run, 2);
-    pair all[] = {x, g, bt, mean, var, y, dy, sdy, sdx, dg, db, dx, rm, rv};
+    verdict(BN_ROW("bn_running_update"), "fp32", TOL_FP32, run, 2);
+    pair msum = rand_f32((size_t)c, -3, 3), mine = rand_f32((size_t)c, -1, 1), share = rand_f32((size_t)c, 0.1f, 2);
+    BOTH(be->bn_moments_merge(be->ctx, F(msum), F(share), F(mine), c, 3));
+    pair merged[2] = {msum, share};
+    verdict(BN_ROW("bn_moments_merge"), "fp32", TOL_FP32, merged, 2);
+    pair all[] = {x, g, bt, mean, var, y, dy, sdy, sdx, dg, db, dx, rm, rv, msum, mine, share};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
+}
+#undef BN_ROW
+
+static void check_batchnorm(void) {
+    check_batchnorm_shape(6, 16, 49, "");
+    check_batchnorm_shape(10, 100, 7, " c100");
+    check_batchnorm_shape(3, 640, 5, " c640");
 }
 
 static void check_pooling(void) {

@@ -101,6 +101,39 @@ static void test_batchnorm(void) {
                                           fabsf(rv[1] - (0.9f + 0.1f * c.var[1] * 15 / 14)) < 1e-6f, "rm %g rv %g", rm[1], rv[1]);
 }
 
+/* Synchronised batch norm: R ranks each holding n images of the batch reach the whole batch's moments by summing
+ * means, merging, and summing variance shares (what the MPI sums do between the calls). */
+static void test_bn_moments_merge(int R) {
+    enum { N = 2, C = 3, HW = 10 };
+    size_t per = (size_t)N * C * HW;
+    float *x = rand_vec(per * R), whole_mean[C], whole_var[C], mine[4][C], var[4][C], mean_sum[C] = {0};
+    float merged[C], var_sum[C] = {0};
+    for (int r = 0; r < R; r++) /* ranks' means apart: merging matters */
+        for (size_t i = 0; i < per; i++) x[r * per + i] += 2.0f * (float)r;
+    be->bn_moments(be->ctx, whole_mean, whole_var, x, N * R, C, HW);
+    for (int r = 0; r < R; r++) {
+        be->bn_moments(be->ctx, mine[r], var[r], x + r * per, N, C, HW);
+        for (int ch = 0; ch < C; ch++) mean_sum[ch] += mine[r][ch];
+    }
+    for (int r = 0; r < R; r++) {
+        float mean[C];
+        memcpy(mean, mean_sum, sizeof mean);
+        be->bn_moments_merge(be->ctx, mean, var[r], mine[r], C, R);
+        for (int ch = 0; ch < C; ch++) var_sum[ch] += var[r][ch];
+        memcpy(merged, mean, sizeof mean); /* every rank's merged mean is the same */
+    }
+    double em = 0, ev = 0;
+    for (int ch = 0; ch < C; ch++) {
+        double sd = sqrt((double)whole_var[ch]);
+        em = fmax(em, fabs((double)merged[ch] - whole_mean[ch]) / sd);
+        ev = fmax(ev, fabs((double)var_sum[ch] - whole_var[ch]) / whole_var[ch]);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "batchnorm_moments_merge_%d_ranks_equals_whole_batch", R);
+    EXPECT(name, em < 1e-5 && ev < 1e-5, "mean %g var %g", em, ev);
+    free(x);
+}
+
 /* ---- pooling ---- */
 typedef struct { int n, c, h, w, p, q; float *x, *y, *r; int *arg; } pool_case;
 static double maxpool_loss(void *p) {
@@ -156,6 +189,8 @@ int main(void) {
     conv_test(1, 3, 6, 8, 2, 2, 2, 0);
     conv_fp16_test();
     test_batchnorm();
+    test_bn_moments_merge(2);
+    test_bn_moments_merge(3);
     test_pools();
     test_relu_sgd();
     be->destroy(be);

@@ -255,6 +255,16 @@ static tfb_status cpu_bn_bwd_apply(void *ctx, float *dx, const float *dy, const 
     return TFB_OK;
 }
 
+static tfb_status cpu_bn_moments_merge(void *ctx, float *mean, float *var, const float *mine, int c, int ranks) {
+    (void)ctx;
+    for (int ch = 0; ch < c; ch++) {
+        float m = mean[ch] / (float)ranks, d = mine[ch] - m;
+        mean[ch] = m;
+        var[ch] = (var[ch] + d * d) / (float)ranks;
+    }
+    return TFB_OK;
+}
+
 static tfb_status cpu_bn_running_update(void *ctx, float *run_mean, float *run_var, const float *mean,
                                         const float *var, int c, float momentum, double count) {
     (void)ctx;
@@ -329,6 +339,7 @@ void tfb_cpu_conv_install(tfb_backend *be) {
     be->bn_apply = cpu_bn_apply;
     be->bn_bwd_reduce = cpu_bn_bwd_reduce;
     be->bn_bwd_apply = cpu_bn_bwd_apply;
+    be->bn_moments_merge = cpu_bn_moments_merge;
     be->bn_running_update = cpu_bn_running_update;
     be->maxpool_fwd = cpu_maxpool_fwd;
     be->maxpool_bwd = cpu_maxpool_bwd;

@@ -249,7 +249,7 @@ static tfb_status describe_device(tfb_backend *be, cuda_ctx *c) {
     be->device_name = c->name;
     be->device_index = c->device;
     be->device_cc = prop.major * 10 + prop.minor;
-    be->device_sms = prop.multiProcessorCount;
+    be->device_sms = c->sms = prop.multiProcessorCount;
     be->device_memory_bytes = prop.totalGlobalMem;
     be->device_reserved_bytes = (size_t)1 << 30; /* as `tfbench estimate --reserve` assumes */
     be->device_clock_mhz = khz / 1000.0;

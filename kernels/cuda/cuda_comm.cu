@@ -74,25 +74,25 @@ static ncclDataType_t nccl_type(tfb_comm_type t) {
 
 static ncclRedOp_t nccl_op(tfb_comm_op op) { return op == TFB_MAX ? ncclMax : op == TFB_MIN ? ncclMin : ncclSum; }
 
-/* The communication stream waits for everything queued on the compute stream so far. */
-static tfb_status after_compute(nccl_comm *n) {
+/* The communication stream waits for everything queued on the compute stream so far, before `what`. */
+static tfb_status after_compute(nccl_comm *n, const char *what) {
+    n->last_op = what;
     TFB_CHECK_CUDA(cudaEventRecord(n->ready, n->be->stream));
     TFB_CHECK_CUDA(cudaStreamWaitEvent(n->stream, n->ready, 0));
     return TFB_OK;
 }
 
-/* The compute stream waits for `done` (recorded on the communication stream after `what`); the host does not. */
-static tfb_status order_after(nccl_comm *n, cudaEvent_t done, const char *what) {
-    n->last_op = what;
+/* The compute stream waits for `done` (recorded on the communication stream); the host does not. */
+static tfb_status order_after(nccl_comm *n, cudaEvent_t done) {
     TFB_CHECK_CUDA(cudaStreamWaitEvent(n->be->stream, done, 0));
     return TFB_OK;
 }
 
-/* `what`, just queued on the communication stream, comes before everything queued on the compute stream next. */
-static tfb_status complete(tfb_comm *c, const char *what) {
+/* The operation just queued on the communication stream comes before the compute stream's next work. */
+static tfb_status complete(tfb_comm *c) {
     nccl_comm *n = ctx_of(c);
     TFB_CHECK_CUDA(cudaEventRecord(n->done, n->stream));
-    return order_after(n, n->done, what);
+    return order_after(n, n->done);
 }
 
 /* Every communicator of the backend: an asynchronous NCCL error ends the wait the host is in. */
@@ -125,9 +125,9 @@ static tfb_status nc_allreduce(tfb_comm *c, void *buf, size_t count, tfb_comm_ty
     nccl_comm *n = ctx_of(c);
     if (!on_device(buf)) return n->host->allreduce(n->host, buf, count, t, op);
     if (!n->nccl) return TFB_OK;
-    TFB_TRY(after_compute(n));
+    TFB_TRY(after_compute(n, "all-reduce"));
     TFB_CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), n->nccl, n->stream));
-    return complete(c, "all-reduce");
+    return complete(c);
 }
 
 static tfb_status nc_iallreduce(tfb_comm *c, void *buf, size_t count, tfb_comm_type t, tfb_comm_op op,
@@ -141,7 +141,7 @@ static tfb_status nc_iallreduce(tfb_comm *c, void *buf, size_t count, tfb_comm_t
         return n->host->iallreduce(n->host, buf, count, t, op, &r->host_req);
     }
     if (!n->nccl) return TFB_OK; /* one rank: done already (no event) */
-    TFB_TRY(after_compute(n));
+    TFB_TRY(after_compute(n, "all-reduce"));
     TFB_CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), n->nccl, n->stream));
     TFB_CHECK_CUDA(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
     TFB_CHECK_CUDA(cudaEventRecord(r->done, n->stream));
@@ -160,7 +160,7 @@ static tfb_status nc_test(tfb_comm *c, tfb_comm_request *req, int *done) {
     *done = e == cudaSuccess;
     if (e != cudaSuccess && e != cudaErrorNotReady) TFB_CHECK_CUDA(e);
     if (!*done) return TFB_OK;
-    tfb_status st = order_after(ctx_of(c), r->done, "all-reduce");
+    tfb_status st = order_after(ctx_of(c), r->done);
     cudaEventDestroy(r->done);
     free(r);
     return st;
@@ -169,7 +169,7 @@ static tfb_status nc_test(tfb_comm *c, tfb_comm_request *req, int *done) {
 static tfb_status nc_wait(tfb_comm *c, tfb_comm_request *req) {
     nccl_request *r = (nccl_request *)req;
     tfb_status st = r->on_host ? ctx_of(c)->host->wait(ctx_of(c)->host, r->host_req)
-                    : r->done  ? order_after(ctx_of(c), r->done, "all-reduce") : TFB_OK;
+                    : r->done  ? order_after(ctx_of(c), r->done) : TFB_OK;
     if (r->done) cudaEventDestroy(r->done);
     free(r);
     return st;
@@ -181,9 +181,9 @@ static tfb_status nc_allgather(tfb_comm *c, const void *send, void *recv, size_t
     TFB_TRY(same_side(send, recv, "all-gather", &dev));
     if (!dev) return n->host->allgather(n->host, send, recv, count, t);
     if (!n->nccl) return alone_copy(n, recv, send, count, t);
-    TFB_TRY(after_compute(n));
+    TFB_TRY(after_compute(n, "all-gather"));
     TFB_CHECK_NCCL(ncclAllGather(send, recv, count, nccl_type(t), n->nccl, n->stream));
-    return complete(c, "all-gather");
+    return complete(c);
 }
 
 static tfb_status nc_reduce_scatter(tfb_comm *c, const void *send, void *recv, size_t count, tfb_comm_type t) {
@@ -192,34 +192,34 @@ static tfb_status nc_reduce_scatter(tfb_comm *c, const void *send, void *recv, s
     TFB_TRY(same_side(send, recv, "reduce-scatter", &dev));
     if (!dev) return n->host->reduce_scatter(n->host, send, recv, count, t);
     if (!n->nccl) return alone_copy(n, recv, send, count, t);
-    TFB_TRY(after_compute(n));
+    TFB_TRY(after_compute(n, "reduce-scatter"));
     TFB_CHECK_NCCL(ncclReduceScatter(send, recv, count, nccl_type(t), ncclSum, n->nccl, n->stream));
-    return complete(c, "reduce-scatter");
+    return complete(c);
 }
 
 static tfb_status nc_bcast(tfb_comm *c, void *buf, size_t count, tfb_comm_type t, int root) {
     nccl_comm *n = ctx_of(c);
     if (!on_device(buf)) return n->host->bcast(n->host, buf, count, t, root);
     if (!n->nccl) return TFB_OK;
-    TFB_TRY(after_compute(n));
+    TFB_TRY(after_compute(n, "broadcast"));
     TFB_CHECK_NCCL(ncclBroadcast(buf, buf, count, nccl_type(t), root, n->nccl, n->stream));
-    return complete(c, "broadcast");
+    return complete(c);
 }
 
 static tfb_status nc_send(tfb_comm *c, const void *buf, size_t count, tfb_comm_type t, int peer, int tag) {
     nccl_comm *n = ctx_of(c);
     if (!on_device(buf)) return n->host->send(n->host, buf, count, t, peer, tag);
-    TFB_TRY(after_compute(n));
+    TFB_TRY(after_compute(n, "send"));
     TFB_CHECK_NCCL(ncclSend(buf, count, nccl_type(t), peer, n->nccl, n->stream));
-    return complete(c, "send");
+    return complete(c);
 }
 
 static tfb_status nc_recv(tfb_comm *c, void *buf, size_t count, tfb_comm_type t, int peer, int tag) {
     nccl_comm *n = ctx_of(c);
     if (!on_device(buf)) return n->host->recv(n->host, buf, count, t, peer, tag);
-    TFB_TRY(after_compute(n));
+    TFB_TRY(after_compute(n, "receive"));
     TFB_CHECK_NCCL(ncclRecv(buf, count, nccl_type(t), peer, n->nccl, n->stream));
-    return complete(c, "receive");
+    return complete(c);
 }
 
 static tfb_status nc_sendrecv(tfb_comm *c, const void *send, size_t ns, int to, void *recv, size_t nr, int from,
@@ -229,12 +229,12 @@ static tfb_status nc_sendrecv(tfb_comm *c, const void *send, size_t ns, int to, 
     if (ns && nr) TFB_TRY(same_side(send, recv, "send/receive", &dev));
     if (!dev) return n->host->sendrecv(n->host, send, ns, to, recv, nr, from, t, tag);
     if (!n->nccl) return alone_copy(n, recv, send, nr < ns ? nr : ns, t); /* to and from itself */
-    TFB_TRY(after_compute(n));
+    TFB_TRY(after_compute(n, "send/receive"));
     TFB_CHECK_NCCL(ncclGroupStart());
     if (ns) TFB_CHECK_NCCL(ncclSend(send, ns, nccl_type(t), to, n->nccl, n->stream));
     if (nr) TFB_CHECK_NCCL(ncclRecv(recv, nr, nccl_type(t), from, n->nccl, n->stream));
     TFB_CHECK_NCCL(ncclGroupEnd());
-    return complete(c, "send/receive");
+    return complete(c);
 }
 
 static tfb_status nc_barrier(tfb_comm *c) {

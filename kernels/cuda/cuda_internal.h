@@ -29,6 +29,8 @@ typedef struct {
     cudnnHandle_t dnn;
     void *workspace; size_t workspace_bytes;  /* cuDNN workspace, grown on demand */
     void *scratch; size_t scratch_bytes;      /* FP32-sized staging for 16-bit convolution outputs */
+    void *partials; size_t partials_bytes;    /* per-block partial sums of the batch-norm channel reductions */
+    int sms;                                  /* streaming multiprocessors: how many blocks fill the GPU */
     int *flag;                                /* one device int for check_finite */
     tfb_conv_plan *plans; int n_plans, cap_plans;
     void **ptrs; size_t *sizes; int n_allocs, cap_allocs;  /* live allocations, for mem_stats and free */
