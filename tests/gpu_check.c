@@ -189,7 +189,7 @@ static void check_conv(int r, int stride, int pad, tfb_dtype t, int tf32) {
 /* ---- transformer ops ---- */
 
 static void check_embedding(void) {
-    int n = 300, h = 72, rows = 50;
+    int n = 300, h = 300, rows = 50;
     pair table = rand_f32((size_t)rows * h, -1, 1), ids = rand_int((size_t)n, 0, rows);
     pair out = poisoned((size_t)n * h), acc = rand_f32((size_t)n * h, -1, 1), dt = rand_f32((size_t)rows * h, -1, 1);
     pair dout = rand_f32((size_t)n * h, -1, 1);
@@ -259,7 +259,7 @@ static void check_elementwise(void) {
 }
 
 static void check_bias(void) {
-    int n = 517, h = 200;
+    int n = 517, h = 600;
     pair x = rand_f32((size_t)n * h, -1, 1), bias = rand_f32((size_t)h, -1, 1), db = rand_f32((size_t)h, -1, 1);
     BOTH(be->bias_add(be->ctx, F(x), F(bias), n, h));
     verdict("bias_add", "fp32", TOL_FP32, &x, 1);
@@ -322,12 +322,14 @@ static void check_normal_fill(void) {
     release(&x);
 }
 
-/* Q heads out of a (2 samples, 5 tokens, 3 heads x 4) slice of a wider qkv row, and the way back into it. */
+/* K heads out of a (2 samples, 5 tokens, 3 heads x 100) slice of a wider qkv row, and the way back into it (rows
+ * of 300 and 500 values: a CUDA block strides over each). */
 static void check_permute(void) {
-    pair in = rand_f32(2 * 5 * 36, -1, 1), hm = poisoned(2 * 3 * 5 * 4), back = rand_f32(2 * 5 * 36, -1, 1);
-    BOTH(be->permute_0213(be->ctx, F(hm), 5 * 4, F(in) + 12, 36, 2, 5, 3, 4));
+    enum { D = 100, ROW = 9 * D };
+    pair in = rand_f32(2 * 5 * ROW, -1, 1), hm = poisoned(2 * 3 * 5 * D), back = rand_f32(2 * 5 * ROW, -1, 1);
+    BOTH(be->permute_0213(be->ctx, F(hm), 5 * D, F(in) + 3 * D, ROW, 2, 5, 3, D));
     verdict("permute_0213 (tokens->heads)", "fp32", TOL_FP32, &hm, 1);
-    BOTH(be->permute_0213(be->ctx, F(back) + 12, 36, F(hm), 5 * 4, 2, 3, 5, 4));
+    BOTH(be->permute_0213(be->ctx, F(back) + 3 * D, ROW, F(hm), 5 * D, 2, 3, 5, D));
     verdict("permute_0213 (heads->tokens)", "fp32", TOL_FP32, &back, 1);
     release(&in);
     release(&hm);
@@ -474,7 +476,7 @@ static void check_batchnorm(void) {
 }
 
 static void check_pooling(void) {
-    int n = 4, c = 8, h = 15, w = 15, r = 3, stride = 2, pad = 1, p = (h + 2 * pad - r) / stride + 1;
+    int n = 2, c = 4, h = 41, w = 41, r = 3, stride = 2, pad = 1, p = (h + 2 * pad - r) / stride + 1; /* 21 x 21 */
     size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * p * p;
     pair x = rand_f32(nx, -1, 1), y = poisoned(ny), arg = poisoned(ny), dy = rand_f32(ny, -1, 1), dx = poisoned(nx);
     BOTH(be->maxpool_fwd(be->ctx, F(y), I(arg), F(x), n, c, h, w, r, stride, pad, p, p));

@@ -240,11 +240,14 @@ static tfb_status cuda_bn_running_update(void *ctx, float *run_mean, float *run_
 
 struct pool_shape { int h, w, r, stride, pad, p, q; };
 
-__global__ void k_maxpool_fwd(float *y, int *argmax, const float *x, size_t outputs, pool_shape s) {
-    TFB_GRID_LOOP(o, outputs) {
-        size_t plane = o / ((size_t)s.p * s.q);
-        int i = (int)(o / s.q % s.p), j = (int)(o % s.q), arg = -1;
-        const float *in = x + plane * s.h * s.w;
+/* One block per (image, channel) plane; its threads stride over the plane's p x q outputs. */
+__global__ void k_maxpool_fwd(float *y, int *argmax, const float *x, pool_shape s) {
+    int pq = s.p * s.q;
+    const float *in = x + (size_t)blockIdx.x * s.h * s.w;
+    float *out = y + (size_t)blockIdx.x * pq;
+    int *arg_out = argmax + (size_t)blockIdx.x * pq;
+    TFB_ROW_LOOP(o, pq) {
+        int i = o / s.q, j = o - i * s.q, arg = -1;
         float best = -INFINITY;
         for (int a = 0; a < s.r; a++)
             for (int b = 0; b < s.r; b++) {
@@ -252,29 +255,31 @@ __global__ void k_maxpool_fwd(float *y, int *argmax, const float *x, size_t outp
                 if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
                 if (in[ih * s.w + iw] > best || arg < 0) { best = in[ih * s.w + iw]; arg = ih * s.w + iw; }
             }
-        y[o] = best;
-        argmax[o] = arg;
+        out[o] = best;
+        arg_out[o] = arg;
     }
 }
 
 static tfb_status cuda_maxpool_fwd(void *ctx, float *y, int *argmax, const float *x, int n, int c, int h, int w,
                                    int r, int stride, int pad, int p, int q) {
-    size_t outputs = (size_t)n * c * p * q;
     pool_shape s = {h, w, r, stride, pad, p, q};
-    k_maxpool_fwd<<<tfb_cuda_blocks(outputs), TFB_CUDA_THREADS, 0, S(ctx)>>>(y, argmax, x, outputs, s);
+    if ((long long)n * c < 1 || p * q < 1) return TFB_OK;
+    k_maxpool_fwd<<<(unsigned)(n * c), tfb_row_threads(p * q), 0, S(ctx)>>>(y, argmax, x, s);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
-__global__ void k_maxpool_bwd(float *dx, const float *dy, const int *argmax, size_t outputs, int hw, int pq) {
-    TFB_GRID_LOOP(o, outputs) atomicAdd(&dx[(o / pq) * hw + argmax[o]], dy[o]);
+__global__ void k_maxpool_bwd(float *dx, const float *dy, const int *argmax, int hw, int pq) {
+    float *d = dx + (size_t)blockIdx.x * hw;
+    size_t o0 = (size_t)blockIdx.x * pq;
+    TFB_ROW_LOOP(o, pq) atomicAdd(&d[argmax[o0 + o]], dy[o0 + o]);
 }
 
 static tfb_status cuda_maxpool_bwd(void *ctx, float *dx, const float *dy, const int *argmax, int n, int c, int hw,
                                    int pq) {
-    size_t outputs = (size_t)n * c * pq;
     TFB_CHECK_CUDA(cudaMemsetAsync(dx, 0, (size_t)n * c * hw * sizeof(float), S(ctx)));
-    k_maxpool_bwd<<<tfb_cuda_blocks(outputs), TFB_CUDA_THREADS, 0, S(ctx)>>>(dx, dy, argmax, outputs, hw, pq);
+    if ((long long)n * c < 1 || pq < 1) return TFB_OK;
+    k_maxpool_bwd<<<(unsigned)(n * c), tfb_row_threads(pq), 0, S(ctx)>>>(dx, dy, argmax, hw, pq);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -294,13 +299,14 @@ static tfb_status cuda_avgpool_fwd(void *ctx, float *y, const float *x, int n, i
     return TFB_OK;
 }
 
-__global__ void k_avgpool_bwd(float *dx, const float *dy, size_t total, int hw) {
-    TFB_GRID_LOOP(e, total) dx[e] = dy[e / hw] / (float)hw;
+__global__ void k_avgpool_bwd(float *dx, const float *dy, int hw) {
+    float *d = dx + (size_t)blockIdx.x * hw, g = dy[blockIdx.x] / (float)hw;
+    TFB_ROW_LOOP(j, hw) d[j] = g;
 }
 
 static tfb_status cuda_avgpool_bwd(void *ctx, float *dx, const float *dy, int n, int c, int hw) {
-    size_t total = (size_t)n * c * hw;
-    k_avgpool_bwd<<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(dx, dy, total, hw);
+    if ((long long)n * c < 1 || hw < 1) return TFB_OK;
+    k_avgpool_bwd<<<(unsigned)(n * c), tfb_row_threads(hw), 0, S(ctx)>>>(dx, dy, hw);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }

@@ -30,27 +30,30 @@ static unsigned col_row_blocks(int n) {
 
 /* ---- embedding ---- */
 
-__global__ void k_embedding_fwd(float *out, const float *table, const int *ids, int n, int h, int accumulate) {
-    TFB_GRID_LOOP(e, (size_t)n * h) {
-        size_t i = e / h, j = e % h;
-        float v = table[(size_t)ids[i] * h + j];
-        out[e] = accumulate ? out[e] + v : v;
-    }
+/* row i of out (n, h) = (or +=) row ids[i] of table: one block per row */
+__global__ void k_embedding_fwd(float *out, const float *table, const int *ids, int h, int accumulate) {
+    float *o = out + (size_t)blockIdx.x * h;
+    const float *t = table + (size_t)ids[blockIdx.x] * h;
+    TFB_ROW_LOOP(j, h) o[j] = accumulate ? o[j] + t[j] : t[j];
 }
 
 static tfb_status cuda_embedding_fwd(void *ctx, float *out, const float *table, const int *ids, int n, int h,
                                      int accumulate) {
-    k_embedding_fwd<<<tfb_cuda_blocks((size_t)n * h), TFB_CUDA_THREADS, 0, S(ctx)>>>(out, table, ids, n, h, accumulate);
+    if (n < 1) return TFB_OK;
+    k_embedding_fwd<<<n, tfb_row_threads(h), 0, S(ctx)>>>(out, table, ids, h, accumulate);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
-__global__ void k_embedding_bwd(float *dtable, const float *dout, const int *ids, int n, int h) {
-    TFB_GRID_LOOP(e, (size_t)n * h) atomicAdd(&dtable[(size_t)ids[e / h] * h + e % h], dout[e]);
+__global__ void k_embedding_bwd(float *dtable, const float *dout, const int *ids, int h) {
+    float *d = dtable + (size_t)ids[blockIdx.x] * h;
+    const float *g = dout + (size_t)blockIdx.x * h;
+    TFB_ROW_LOOP(j, h) atomicAdd(&d[j], g[j]);
 }
 
 static tfb_status cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const int *ids, int n, int h) {
-    k_embedding_bwd<<<tfb_cuda_blocks((size_t)n * h), TFB_CUDA_THREADS, 0, S(ctx)>>>(dtable, dout, ids, n, h);
+    if (n < 1) return TFB_OK;
+    k_embedding_bwd<<<n, tfb_row_threads(h), 0, S(ctx)>>>(dtable, dout, ids, h);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -189,13 +192,14 @@ static tfb_status cuda_act_bwd(void *ctx, tfb_act act, float *din, const float *
     return TFB_OK;
 }
 
-__global__ void k_bias_add(float *x, const float *bias, size_t n, int h) {
-    TFB_GRID_LOOP(i, n) x[i] += bias[i % h];
+__global__ void k_bias_add(float *x, const float *bias, int h) {
+    float *row = x + (size_t)blockIdx.x * h;
+    TFB_ROW_LOOP(j, h) row[j] += bias[j];
 }
 
 static tfb_status cuda_bias_add(void *ctx, float *x, const float *bias, int n, int h) {
-    size_t total = (size_t)n * h;
-    k_bias_add<<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(x, bias, total, h);
+    if (n < 1) return TFB_OK;
+    k_bias_add<<<n, tfb_row_threads(h), 0, S(ctx)>>>(x, bias, h);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -221,17 +225,18 @@ static tfb_status cuda_bias_grad(void *ctx, float *dbias, const float *dout, int
     return TFB_OK;
 }
 
-__global__ void k_bias_act_fwd(int act, float *out, float *pre, const float *bias, size_t n, int h) {
-    TFB_GRID_LOOP(i, n) {
-        float v = pre[i] + bias[i % h];
-        pre[i] = v;
-        out[i] = tfb_act_value(act, v);
+__global__ void k_bias_act_fwd(int act, float *out, float *pre, const float *bias, int h) {
+    size_t r = (size_t)blockIdx.x * h;
+    TFB_ROW_LOOP(j, h) {
+        float v = pre[r + j] + bias[j];
+        pre[r + j] = v;
+        out[r + j] = tfb_act_value(act, v);
     }
 }
 
 static tfb_status cuda_bias_act_fwd(void *ctx, tfb_act act, float *out, float *pre, const float *bias, int n, int h) {
-    size_t total = (size_t)n * h;
-    k_bias_act_fwd<<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>((int)act, out, pre, bias, total, h);
+    if (n < 1) return TFB_OK;
+    k_bias_act_fwd<<<n, tfb_row_threads(h), 0, S(ctx)>>>((int)act, out, pre, bias, h);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }

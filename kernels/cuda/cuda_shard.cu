@@ -4,6 +4,7 @@
  * permutation. Communication is not here.
  */
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include "cuda_internal.h"
 
@@ -13,36 +14,38 @@ static cudaStream_t S(void *ctx) { return ((cuda_ctx *)ctx)->stream; }
 
 __device__ __forceinline__ int in_shard(int id, int row0, int rows) { return id >= row0 && id - row0 < rows; }
 
-__global__ void k_embedding_fwd_shard(float *out, const float *table, const int *ids, int n, int h, int row0,
-                                      int rows, int accumulate) {
-    TFB_GRID_LOOP(e, (size_t)n * h) {
-        int id = ids[e / h];
-        int hit = in_shard(id, row0, rows);
-        float v = hit ? table[(size_t)(id - row0) * h + e % h] : 0.0f;
-        out[e] = accumulate ? out[e] + v : v;
+/* one block per row i of out (n, h): the shard's row ids[i] - row0, or zeros when another rank holds it */
+__global__ void k_embedding_fwd_shard(float *out, const float *table, const int *ids, int h, int row0, int rows,
+                                      int accumulate) {
+    int id = ids[blockIdx.x], hit = in_shard(id, row0, rows);
+    float *o = out + (size_t)blockIdx.x * h;
+    const float *t = hit ? table + (size_t)(id - row0) * h : NULL;
+    TFB_ROW_LOOP(j, h) {
+        float v = hit ? t[j] : 0.0f;
+        o[j] = accumulate ? o[j] + v : v;
     }
 }
 
 static tfb_status cuda_embedding_fwd_shard(void *ctx, float *out, const float *table, const int *ids, int n, int h,
                                            int row0, int rows, int accumulate) {
-    k_embedding_fwd_shard<<<tfb_cuda_blocks((size_t)n * h), TFB_CUDA_THREADS, 0, S(ctx)>>>(out, table, ids, n, h,
-                                                                                          row0, rows, accumulate);
+    if (n < 1) return TFB_OK;
+    k_embedding_fwd_shard<<<n, tfb_row_threads(h), 0, S(ctx)>>>(out, table, ids, h, row0, rows, accumulate);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
-__global__ void k_embedding_bwd_shard(float *dtable, const float *dout, const int *ids, int n, int h, int row0,
-                                      int rows) {
-    TFB_GRID_LOOP(e, (size_t)n * h) {
-        int id = ids[e / h];
-        if (in_shard(id, row0, rows)) atomicAdd(&dtable[(size_t)(id - row0) * h + e % h], dout[e]);
-    }
+__global__ void k_embedding_bwd_shard(float *dtable, const float *dout, const int *ids, int h, int row0, int rows) {
+    int id = ids[blockIdx.x];
+    if (!in_shard(id, row0, rows)) return;
+    float *d = dtable + (size_t)(id - row0) * h;
+    const float *g = dout + (size_t)blockIdx.x * h;
+    TFB_ROW_LOOP(j, h) atomicAdd(&d[j], g[j]);
 }
 
 static tfb_status cuda_embedding_bwd_shard(void *ctx, float *dtable, const float *dout, const int *ids, int n,
                                            int h, int row0, int rows) {
-    k_embedding_bwd_shard<<<tfb_cuda_blocks((size_t)n * h), TFB_CUDA_THREADS, 0, S(ctx)>>>(dtable, dout, ids, n, h,
-                                                                                          row0, rows);
+    if (n < 1) return TFB_OK;
+    k_embedding_bwd_shard<<<n, tfb_row_threads(h), 0, S(ctx)>>>(dtable, dout, ids, h, row0, rows);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -108,20 +111,25 @@ static tfb_status cuda_copy_2d(void *ctx, float *dst, size_t dst_ld, const float
     return TFB_OK;
 }
 
-/* One thread per element, i3 fastest: reads and writes are coalesced along rows of n3. */
-__global__ void k_permute_0213(float *out, size_t out_ld, const float *in, size_t in_ld, int n1, int n2, int n3,
-                               size_t total) {
-    TFB_GRID_LOOP(e, total) {
-        size_t i3 = e % n3, r = e / n3, i2 = r % n2, i01 = r / n2, i1 = i01 % n1, i0 = i01 / n1;
-        out[(i0 * n2 + i2) * out_ld + i1 * n3 + i3] = in[i01 * in_ld + i2 * n3 + i3];
+/* One block per input row (i0, i1): its n2 runs of n3 values are read in order and each run is written to output
+ * row (i0, i2) at column i1 n3, so reads and writes stay coalesced and the only per-element division is by n3 in
+ * 32 bits (a row holds fewer than 2^31 values). */
+__global__ void k_permute_0213(float *out, size_t out_ld, const float *in, size_t in_ld, int n1, int n2, int n3) {
+    unsigned row = blockIdx.x, i0 = row / n1, i1 = row - i0 * n1, width = (unsigned)n2 * n3;
+    const float *src = in + (size_t)row * in_ld;
+    float *dst = out + (size_t)i0 * n2 * out_ld + (size_t)i1 * n3;
+    for (unsigned e = threadIdx.x; e < width; e += blockDim.x) {
+        unsigned i2 = e / n3;
+        dst[(size_t)i2 * out_ld + (e - i2 * n3)] = src[e];
     }
 }
 
 static tfb_status cuda_permute_0213(void *ctx, float *out, size_t out_ld, const float *in, size_t in_ld, int n0,
                                     int n1, int n2, int n3) {
-    size_t total = (size_t)n0 * n1 * n2 * n3;
-    if (total == 0) return TFB_OK;
-    k_permute_0213<<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(out, out_ld, in, in_ld, n1, n2, n3, total);
+    long long rows = (long long)n0 * n1, width = (long long)n2 * n3;
+    if (rows == 0 || width == 0) return TFB_OK;
+    if (rows > INT_MAX || width > INT_MAX) return TFB_ERR_ARG;
+    k_permute_0213<<<(unsigned)rows, tfb_row_threads((int)width), 0, S(ctx)>>>(out, out_ld, in, in_ld, n1, n2, n3);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
