@@ -31,7 +31,7 @@ for job in "bert-mini 8 128" "bert-base 8 128" "resnet-tiny 32 32" "resnet50 2 2
     for _ in $(seq "$rounds"); do
         build/tfbench --model "$model" --batch "$batch" "${shape[@]}" --steps "$steps" --warmup "$warm" \
             --threads "$threads" --progress off --output "$out" >/dev/null
-        read -r t m < <(python3 -c "import json; r=json.load(open('$out'))['summary']; print(r['step_time_s']['median']*1e3, r['mfu']*100)")
+        read -r t m < <(python3 -c "import json; r=json.load(open('$out'))['configurations'][0]['summary']; print(r['step_time_s']['median']*1e3, r['mfu']*100)")
         tf+=("$t") mfu+=("$m")
         pt+=("$(/usr/bin/python3 "$ref" "$model" "$batch" "$size" "$threads" "$steps" "$warm" 2>/dev/null | python3 -c "print(float(input())*1e3)")")
     done

@@ -6,9 +6,13 @@
 #      seed, the per-step losses compared (FP32 1e-5, TF32 5e-3, FP16/BF16 2e-2 relative); with two or more GPUs
 #      also bert-tiny tensor and pipeline parallel on two ranks against the CPU backend on two ranks, and
 #      `tfbench links --device cuda` on two ranks (NCCL collectives on GPU buffers, every result checked);
-#   4. a short benchmark on one GPU: bert-large and resnet50 in FP32, TF32 and FP16, samples/s and MFU, and the
-#      allocator's measured peak beside the planned memory (what `tfbench estimate` predicts): the peak must lie
-#      between the plan and the plan plus the 1 GiB the estimate reserves for cuDNN workspaces and staging.
+#   4. a short benchmark on one GPU: bert-large (batch 32, sequence 128) and resnet50 (batch 256) in FP32, TF32 and
+#      FP16, samples/s and MFU, and the allocator's measured peak beside the planned memory (what `tfbench
+#      estimate` predicts): the peak must lie between the plan and the plan plus the 1 GiB the estimate reserves
+#      for cuDNN workspaces and staging. When python3 has PyTorch with CUDA, the same step in PyTorch beside it
+#      (scripts/torch_*_step.py: eager, FP16 as AMP, resnet50's FP16 channels-last) and the ratio; the issue's goals
+#      read off those rows (bert-large FP16 at 40% MFU and at least PyTorch's speed; resnet50 FP16 at least
+#      PyTorch's). GPU_CHECK_TORCH=0 leaves PyTorch out.
 # Ends with one compact table; logs and results files go to $OUT (default build/gpu-check). Exit 0 when every check
 # passed, 1 otherwise, 2 when there is no usable GPU. Needs what `make` needs (MPI, OpenBLAS, cJSON, hwloc, CUDA).
 # GPU_CHECK_DEVICE=cpu runs the whole script with the CPU backend standing in for the GPU (to check the script
@@ -126,9 +130,25 @@ print('links (NCCL, 2 GPUs): wrong elements', sum(x['wrong'] for x in r), '|', '
     case $links_row in *"wrong elements 0 "*) ;; *) status=1 ;; esac
 fi
 
+# PyTorch's samples/s for the same step (empty when PyTorch or its GPU is missing, or the reference failed)
+torch_ok=0
+[ "${GPU_CHECK_TORCH:-1}" != 0 ] && [ "$dev" = cuda ] &&
+    python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && torch_ok=1
+torch_rate() { # model batch size precision
+    local script=scripts/torch_bert_step.py t
+    [ $torch_ok = 1 ] && [ -n "$2" ] || return 0
+    case $1 in resnet*) script=scripts/torch_resnet_step.py ;; esac
+    t=$(python3 "$script" "$1" "$2" "$3" 1 20 5 "cuda:$4" 2>"$out/torch-$1-$4.log" | tail -1) || return 0
+    python3 -c "import sys; print(f'{int(sys.argv[1]) / float(sys.argv[2]):.1f}')" "$2" "$t" 2>/dev/null
+}
+
 bench_rows=()
 for model in ${GPU_CHECK_BENCH:-bert-large resnet50}; do
-    shape=$(case $model in bert-large) echo "--batch 32 --seq-len 128" ;; resnet50) echo "--batch 128" ;; esac)
+    case $model in # the goals' shapes; another model runs at its defaults, without PyTorch beside it
+    resnet50) batch=256 size=224 shape="--batch 256" ;;
+    bert-large) batch=32 size=128 shape="--batch 32 --seq-len 128" ;;
+    *) batch="" size="" shape="" ;;
+    esac
     for prec in fp32 tf32 fp16; do
         json="$out/bench-$model-$prec.json"
         # shellcheck disable=SC2086
@@ -140,11 +160,14 @@ s = c['summary']
 g = c['config']
 peak, plan = g['memory_peak_bytes_per_rank'], g['memory_planned_bytes_per_rank']
 fits = plan <= peak <= plan + 2**30  # the plan, plus what the estimate reserves for library workspaces
-print(f\"{g['global_batch']} | {s['throughput_samples_per_s']:.1f} | {100 * s['mfu']:.1f}% | \"
-      f\"{peak / 2**30:.2f} / {plan / 2**30:.2f} {'ok' if fits else 'FAIL'} | {s['peak_source']}\")" "$json") |")
+ours, torch = s['throughput_samples_per_s'], float(sys.argv[2]) if sys.argv[2] else None
+vs = f'{torch:.1f} | {ours / torch:.2f}x' if torch else '- | -'
+print(f\"{g['global_batch']} | {ours:.1f} | {100 * s['mfu']:.1f}% | {vs} | \"
+      f\"{peak / 2**30:.2f} / {plan / 2**30:.2f} {'ok' if fits else 'FAIL'} | {s['peak_source']}\")" \
+                "$json" "$(torch_rate "$model" "$batch" "$size" "$prec")") |")
             case ${bench_rows[-1]} in *FAIL*) status=1 ;; esac
         else
-            bench_rows+=("| $model | $prec | - | failed: $(tail -1 "${json%.json}.log") | | | |")
+            bench_rows+=("| $model | $prec | - | failed: $(tail -1 "${json%.json}.log") | | | | | |")
             status=1
         fi
     done
@@ -155,7 +178,7 @@ echo "gpu-check: $(grep -o '[0-9]* of [0-9]* checks passed' "$out/ops.txt")"
 grep FAIL "$out/ops.txt"
 echo "| model, layout | prec | last loss cpu vs gpu | max rel diff | tol | |"
 printf '%s\n' "${steps_rows[@]}"
-echo "| model | prec | batch | samples/s | MFU | GiB peak / planned | peak TFLOP/s from |"
+echo "| model | prec | batch | samples/s | MFU | PyTorch samples/s | tfbench / PyTorch | GiB peak / planned | peak TFLOP/s from |"
 printf '%s\n' "${bench_rows[@]}"
 [ -n "$links_row" ] && echo "$links_row"
 echo "gpu-check: $(( $(date +%s) - start )) s in all"

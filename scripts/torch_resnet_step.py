@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""PyTorch CPU reference for scripts/bench-cpu.sh: the same ResNet training step tfbench runs (ResNet-50 v1.5 or
-resnet-tiny: conv + batch norm (training mode) + ReLU units, bottleneck blocks with projection shortcuts, max pool,
-global average pool, FC, cross-entropy, SGD with momentum 0.9, FP32) at the same shapes and thread count. Prints
-the median step time over the timed steps after warm-up.
-usage: torch_resnet_step.py MODEL BATCH IMAGE THREADS STEPS WARMUP
+"""PyTorch reference for scripts/bench-cpu.sh (CPU) and scripts/gpu-check.sh (GPU): the same ResNet training step
+tfbench runs (ResNet-50 v1.5 or resnet-tiny: conv + batch norm (training mode) + ReLU units, bottleneck blocks with
+projection shortcuts, max pool, global average pool, FC, cross-entropy, SGD with momentum 0.9) at the same shapes.
+Prints the median step time over the timed steps after warm-up. MODE as in torch_bert_step.py; cuda:fp16 is
+channels-last AMP (the usual fast recipe), with cuDNN's autotuner on for every GPU mode.
+usage: torch_resnet_step.py MODEL BATCH IMAGE THREADS STEPS WARMUP [MODE]
 """
 import statistics, sys, time
 import torch
 import torch.nn as nn
+from torch_step import mode_setup, timed_step
 
 CFG = {"resnet50": (7, 2, 64, [3, 4, 6, 3], [64, 128, 256, 512], 1000), "resnet-tiny": (3, 1, 16, [1, 1], [16, 32], 10)}
 model, B, image, threads, steps, warmup = sys.argv[1], *map(int, sys.argv[2:7])
+dev, amp = mode_setup(sys.argv[7] if len(sys.argv) > 7 else "cpu", threads)
+memory_format = torch.channels_last if amp else torch.contiguous_format
 k, s, stem, blocks, widths, classes = CFG[model]
-torch.set_num_threads(threads)
 
 
 def unit(cin, cout, r, stride, relu=True):
@@ -37,15 +40,14 @@ for i, (n, w) in enumerate(zip(blocks, widths)):
         layers.append(Bottleneck(cin, w, 2 if j == 0 and i > 0 else 1))
         cin = 4 * w
 net = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes))
+net = net.to(dev, memory_format=memory_format)
 print(f"parameters {sum(p.numel() for p in net.parameters())}", file=sys.stderr)
 opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
 times = []
 for step in range(warmup + steps):
-    x, y = torch.randn(B, 3, image, image), torch.randint(0, classes, (B,))
-    t0 = time.perf_counter()
-    opt.zero_grad(set_to_none=True)
-    nn.functional.cross_entropy(net(x), y).backward()
-    opt.step()
+    x = torch.randn(B, 3, image, image, device=dev).contiguous(memory_format=memory_format)
+    y = torch.randint(0, classes, (B,), device=dev)
+    dt = timed_step(dev, amp, opt, lambda: nn.functional.cross_entropy(net(x), y))
     if step >= warmup:
-        times.append(time.perf_counter() - t0)
+        times.append(dt)
 print(f"{statistics.median(times):.6f}")
