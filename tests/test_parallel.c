@@ -5,12 +5,16 @@
  * - shard extract/insert round-trips for row blocks (QKV), padded rows (vocabulary) and columns;
  * - the linear partition is optimal (checked against brute force) and leaves no stage empty;
  * - the schedules: every micro-batch forward once before its backward, stage i of 1F1B holds at most
- *   min(P - i, M), GPipe holds M, and every send has its receive on the neighbour in the same order.
+ *   min(P - i, M), GPipe holds M, and every send has its receive on the neighbour in the same order;
+ * - the timing-mark protocol of tensor-group collectives, against a stub group of two whose peer holds the same
+ *   data: every wait sits between a WORK mark and a TP mark, and the column-parallel backward starts its dX sum
+ *   before the weight-gradient GEMM and waits for it after.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "../bench/bert_layer.h"
 #include "../bench/schedule.h"
 #include "../bench/workload.h"
 #include "../kernels/backend.h"
@@ -209,6 +213,65 @@ static void test_schedules(void) {
     EXPECT("schedule_bubble_formula", fabs(tfb_schedule_bubble(4, 8) - 3.0 / 11) < 1e-15, "%g", tfb_schedule_bubble(4, 8));
 }
 
+/* ---- tensor-group collectives between timing marks ---- */
+
+static char events[64]; /* one letter per event: a all-reduce, i start, w wait, W / T marks of WORK / TP */
+static void note(char e) {
+    size_t n = strlen(events);
+    if (n + 1 < sizeof events) events[n] = e;
+}
+static void doubled(void *buf, size_t n) { for (size_t i = 0; i < n; i++) ((float *)buf)[i] *= 2.0f; }
+static tfb_status stub_allreduce(tfb_comm *c, void *buf, size_t n, tfb_comm_type t, tfb_comm_op op) {
+    (void)c; (void)t; (void)op;
+    note('a');
+    doubled(buf, n);
+    return TFB_OK;
+}
+static tfb_status stub_iallreduce(tfb_comm *c, void *buf, size_t n, tfb_comm_type t, tfb_comm_op op,
+                                  tfb_comm_request **req) {
+    (void)c; (void)t; (void)op;
+    note('i');
+    doubled(buf, n); /* the stub finishes at once; the order of the calls is what is checked */
+    *req = NULL;
+    return TFB_OK;
+}
+static tfb_status stub_wait(tfb_comm *c, tfb_comm_request *req) {
+    (void)c; (void)req;
+    note('w');
+    return TFB_OK;
+}
+static tfb_status stub_mark(void *ctx, tfb_mark_kind kind) {
+    (void)ctx;
+    note(kind == TFB_MARK_TP ? 'T' : kind == TFB_MARK_WORK ? 'W' : 'R');
+    return TFB_OK;
+}
+
+static void test_tp_marks(void) {
+    enum { N = 3, IN = 4, OUT = 5 };
+    tfb_comm tp = {.rank = 0, .size = 2, .allreduce = stub_allreduce, .iallreduce = stub_iallreduce,
+                   .wait = stub_wait};
+    tfb_workload wl = {.mark = stub_mark};
+    float buf[6] = {1, 2, 3, 4, 5, 6};
+    tfb_status st = tfb_workload_tp_allreduce(&wl, &tp, buf, 6, TFB_SUM);
+    EXPECT("tp_allreduce_wait_between_work_and_tp_marks", st == TFB_OK && strcmp(events, "WaT") == 0 &&
+           buf[5] == 12.0f && wl.tp_bus_bytes == 2.0 * 0.5 * 6 * 4, "events %s, bytes %g", events, wl.tp_bus_bytes);
+    float dout[N * OUT], in[N * IN], w[OUT * IN], din[N * IN], dw[OUT * IN] = {0}, ref[N * IN], dw_ref[OUT * IN] = {0};
+    fill_random(dout, N * OUT, 1);
+    fill_random(in, N * IN, 2);
+    fill_random(w, OUT * IN, 3);
+    bert_ctx c = {.be = be, .gemm_type = TFB_F32};
+    bert_linear_bwd(&c, ref, dw_ref, NULL, dout, in, w, N, IN, OUT); /* no group: the single-device gradients */
+    c.tp = &tp;
+    c.wl = &wl;
+    memset(events, 0, sizeof events);
+    st = bert_col_parallel_bwd(&c, din, dw, NULL, dout, in, w, N, IN, OUT);
+    int same = 1;
+    for (int i = 0; i < N * IN; i++) same &= fabsf(din[i] - 2.0f * ref[i]) <= 1e-6f * fabsf(ref[i]) + 1e-7f;
+    for (int i = 0; i < OUT * IN; i++) same &= dw[i] == dw_ref[i];
+    EXPECT("tp_col_parallel_bwd_starts_dx_sum_waits_after_weight_gemm", st == TFB_OK && strcmp(events, "iWwT") == 0 &&
+           same, "events %s, gradients %s", events, same ? "as expected" : "wrong");
+}
+
 int main(void) {
     char why[128];
     if (tfb_backend_open(&(tfb_backend_spec){.name = "cpu", .threads = 1}, &be, why, sizeof why) != TFB_OK) return 1;
@@ -218,6 +281,7 @@ int main(void) {
     test_shard_mapping();
     test_partition();
     test_schedules();
+    test_tp_marks();
     be->destroy(be);
     return test_failures ? 1 : 0;
 }
