@@ -88,7 +88,9 @@ static inline unsigned tfb_cuda_blocks(size_t n) {
 /* Row kernels: block b handles row b, its threads stride over the row's h columns. Index arithmetic stays per block:
  * a 64-bit division per element (e / h, e % h) costs more than the element's memory traffic on a GPU. */
 #define TFB_ROW_LOOP(j, h) for (int j = threadIdx.x; j < (h); j += blockDim.x)
-static inline unsigned tfb_row_threads(int h) { return h >= 256 ? 256u : (unsigned)((h + 31) / 32 * 32); }
+static inline unsigned tfb_row_threads(int h) {
+    return h >= 256 ? 256u : h <= 32 ? 32u : (unsigned)((h + 31) / 32 * 32); /* whole warps, at least one */
+}
 
 /* The sum (max) of v over the block, returned to every thread; blockDim.x a multiple of 32, at most 1024. Safe to
  * call repeatedly in one kernel (the shared buffer is fenced on both sides). */
