@@ -9,7 +9,8 @@
 #   4. a short benchmark on one GPU: bert-large (batch 32, sequence 128) and resnet50 (batch 256) in FP32, TF32 and
 #      FP16, samples/s and MFU, and the allocator's measured peak beside the planned memory (what `tfbench
 #      estimate` predicts): the peak must lie between the plan and the plan plus the 1 GiB the estimate reserves
-#      for cuDNN workspaces and staging. When python3 has PyTorch with CUDA, the same step in PyTorch beside it
+#      for cuDNN workspaces and staging, with the median forward, backward and optimizer phases (where a slow step's
+#      time went). When python3 has PyTorch with CUDA, the same step in PyTorch beside it
 #      (scripts/torch_*_step.py: eager, FP16 as AMP, resnet50's FP16 channels-last) and the ratio; the issue's goals
 #      read off those rows (bert-large FP16 at 40% MFU and at least PyTorch's speed; resnet50 FP16 at least
 #      PyTorch's). GPU_CHECK_TORCH=0 leaves PyTorch out.
@@ -162,12 +163,15 @@ peak, plan = g['memory_peak_bytes_per_rank'], g['memory_planned_bytes_per_rank']
 fits = plan <= peak <= plan + 2**30  # the plan, plus what the estimate reserves for library workspaces
 ours, torch = s['throughput_samples_per_s'], float(sys.argv[2]) if sys.argv[2] else None
 vs = f'{torch:.1f} | {ours / torch:.2f}x' if torch else '- | -'
+ps = c['per_step']
+ms = lambda k: sorted(ps[k])[len(ps[k]) // 2] * 1e3  # median phase, where a slow step's time went
 print(f\"{g['global_batch']} | {ours:.1f} | {100 * s['mfu']:.1f}% | {vs} | \"
+      f\"{ms('forward'):.2f} / {ms('backward'):.2f} / {ms('optimizer'):.2f} | \"
       f\"{peak / 2**30:.2f} / {plan / 2**30:.2f} {'ok' if fits else 'FAIL'} | {s['peak_source']}\")" \
                 "$json" "$(torch_rate "$model" "$batch" "$size" "$prec")") |")
             case ${bench_rows[-1]} in *FAIL*) status=1 ;; esac
         else
-            bench_rows+=("| $model | $prec | - | failed: $(tail -1 "${json%.json}.log") | | | | | |")
+            bench_rows+=("| $model | $prec | - | failed: $(tail -1 "${json%.json}.log") | | | | | | |")
             status=1
         fi
     done
@@ -178,7 +182,7 @@ echo "gpu-check: $(grep -o '[0-9]* of [0-9]* checks passed' "$out/ops.txt")"
 grep FAIL "$out/ops.txt"
 echo "| model, layout | prec | last loss cpu vs gpu | max rel diff | tol | |"
 printf '%s\n' "${steps_rows[@]}"
-echo "| model | prec | batch | samples/s | MFU | PyTorch samples/s | tfbench / PyTorch | GiB peak / planned | peak TFLOP/s from |"
+echo "| model | prec | batch | samples/s | MFU | PyTorch samples/s | tfbench / PyTorch | fwd / bwd / opt ms | GiB peak / planned | peak TFLOP/s from |"
 printf '%s\n' "${bench_rows[@]}"
 [ -n "$links_row" ] && echo "$links_row"
 echo "gpu-check: $(( $(date +%s) - start )) s in all"
