@@ -156,23 +156,30 @@ static tfb_status cuda_fill(void *ctx, float *x, float value, size_t n) {
     return TFB_OK;
 }
 
-__global__ void k_normal_fill(float *x, size_t pairs_per_row, size_t per, size_t total, uint64_t row0,
-                              tfb_philox_key key) {
-    TFB_GRID_LOOP(t, total) {
-        size_t r = t / pairs_per_row, i = 2 * (t % pairs_per_row);
+/* Row blockIdx.y (of this launch's rows from row0), its value pairs strided over blockIdx.x: no per-element
+ * division. */
+__global__ void k_normal_fill(float *x, size_t pairs, size_t per, uint64_t row0, tfb_philox_key key) {
+    float *row = x + blockIdx.y * per;
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < pairs; t += (size_t)gridDim.x * blockDim.x) {
+        size_t i = 2 * t;
         float a, b;
-        tfb_normal_pair(key, row0 + r, i, &a, &b);
-        x[r * per + i] = a;
-        if (i + 1 < per) x[r * per + i + 1] = b;
+        tfb_normal_pair(key, row0 + blockIdx.y, i, &a, &b);
+        row[i] = a;
+        if (i + 1 < per) row[i + 1] = b;
     }
 }
 
 static tfb_status cuda_normal_fill(void *ctx, float *x, size_t rows, size_t per, uint64_t row0, tfb_philox_key key) {
     cuda_ctx *c = (cuda_ctx *)ctx;
-    size_t pairs = (per + 1) / 2, total = rows * pairs;
-    if (total == 0) return TFB_OK;
-    k_normal_fill<<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, c->stream>>>(x, pairs, per, total, row0, key);
-    TFB_CHECK_LAUNCH();
+    size_t pairs = (per + 1) / 2, across = (pairs + TFB_CUDA_THREADS - 1) / TFB_CUDA_THREADS;
+    if (rows == 0 || pairs == 0) return TFB_OK;
+    if (across > 64) across = 64; /* with the rows, enough blocks to fill a GPU; threads stride over the rest */
+    for (size_t r = 0; r < rows; r += 65535) { /* gridDim.y's limit */
+        unsigned n = (unsigned)(rows - r < 65535 ? rows - r : 65535);
+        k_normal_fill<<<dim3((unsigned)across, n), TFB_CUDA_THREADS, 0, c->stream>>>(x + r * per, pairs, per,
+                                                                                        row0 + r, key);
+        TFB_CHECK_LAUNCH();
+    }
     return TFB_OK;
 }
 
