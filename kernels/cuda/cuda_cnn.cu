@@ -104,7 +104,7 @@ static tfb_status cuda_bn_moments(void *ctx, float *mean, float *var, const floa
     return TFB_OK;
 }
 
-/* ---- element-wise batch norm, indexed in I (unsigned when the tensor has under 2^32 elements) ---- */
+/* ---- element-wise batch norm, indexed in I (unsigned when the tensor has under 2^31 elements) ---- */
 
 template <typename I>
 __global__ void k_bn_apply(float *y, const float *x, const float *mean, const float *var, const float *gamma,
