@@ -19,7 +19,7 @@ LIB_SRC := kernels/check.c kernels/registry.c kernels/cpu/cpu_backend.c kernels/
            bench/ddp.c bench/optim.c bench/grid.c bench/schedule.c bench/strategy.c bench/train.c bench/power.c bench/energy.c bench/watchdog.c bench/stats.c bench/peak.c bench/report.c bench/run.c bench/topo_main.c bench/links.c bench/links_gpu.c bench/job_backend.c bench/csv.c bench/catalog.c bench/estimate.c bench/doctor.c topology/topo.c topology/gpu_probe.c topology/gpu_p2p.c topology/gpu_bw.c topology/gpu_nccl.c topology/deadline.c topology/nvml.c topology/topo_nvml.c topology/bind.c \
            results/env.c results/summary.c results/results_json.c results/compare.c results/results_read.c results/report_data.c results/report_machines.c results/event_log.c
 CUDA_SRC := kernels/cuda/cuda_backend.cu kernels/cuda/cuda_blas.cu kernels/cuda/cuda_ops.cu kernels/cuda/cuda_cnn.cu \
-            kernels/cuda/cuda_shard.cu kernels/cuda/cuda_comm.cu
+            kernels/cuda/cuda_shard.cu kernels/cuda/cuda_comm.cu kernels/cuda/cuda_profile.cu
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o) $(if $(filter 1,$(CUDA_BACKEND)),$(CUDA_SRC:%.cu=$(BUILD)/%.o))
 TESTS   := $(BUILD)/tests/test_ops $(BUILD)/tests/test_cnn_ops $(BUILD)/tests/test_bert_layer $(BUILD)/tests/test_model $(BUILD)/tests/test_comm $(BUILD)/tests/test_parallel $(BUILD)/tests/test_topo $(BUILD)/tests/test_catalog $(BUILD)/tests/gpu_check $(BUILD)/tests/libfakecuda.so $(BUILD)/tests/libfakenvml.so $(BUILD)/tests/libfakecudart.so $(BUILD)/tests/libfakenccl.so
 

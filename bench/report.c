@@ -180,8 +180,8 @@ void tfb_report_compare(FILE *f, const tfb_run_record *recs, int n) {
     energy_lines(f, recs, n);
     fprintf(f, "speedup: over the 1-rank run; eff.: speedup / ranks, '!' above 100%% by more than the noise (half the "
                "p5-p95 step spread, both runs); compute/comm/bubble: median shares of a rank's step, mean of ranks; "
-               "coll GB/s: bus bytes / time in collectives (upper bound when data-parallel buckets overlap "
-               "backward); MFU: %s\n", base->peak_source);
+               "coll GB/s: bus bytes / time waiting on collectives (upper bound where they overlap compute); "
+               "MFU: %s\n", base->peak_source);
 }
 
 void tfb_report_csv(FILE *f, const tfb_run_record *recs, int n) {

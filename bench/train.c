@@ -435,6 +435,12 @@ static void keep_step(train_ctx *t, int timed, const double *ph) {
     t->local_recompute[timed] = t->wl->recompute_s;
 }
 
+/* The backend's kernel profile over the timed windows (a no-op unless a GPU backend was asked for one). */
+static tfb_status trace(train_ctx *t, int on) {
+    tfb_backend *be = t->env->be;
+    return be->trace && !t->calibrating ? be->trace(be->ctx, on) : TFB_OK;
+}
+
 static tfb_status run_steps(train_ctx *t) {
     const tfb_options *o = t->env->o;
     int W = o->warmup, S = o->steps, total = W + S * o->trials;
@@ -444,6 +450,7 @@ static tfb_status run_steps(train_ctx *t) {
         if (timed >= 0 && timed % S == 0) {
             tfb_watchdog_mark("the barrier before a timed window", step);
             TFB_CHECK(t->job->barrier(t->job));
+            if (trial == 0) TFB_CHECK(trace(t, 1));
             tfb_power_window_begin(t->meter);
             t->rec->window_s[trial] = tfb_clock_s();
         }
@@ -463,6 +470,7 @@ static tfb_status run_steps(train_ctx *t) {
             TFB_CHECK(t->env->be->sync(t->env->be->ctx));
             t->rec->window_s[trial] = tfb_clock_s() - t->rec->window_s[trial];
             tfb_power_window_end(t->meter);
+            if (trial == o->trials - 1) TFB_CHECK(trace(t, 0));
             log_steps(t, W + trial * S, step + 1, trial);
         } else if (timed < 0 && step == W - 1) {
             log_steps(t, 0, W, -1);

@@ -106,6 +106,9 @@ struct tfb_backend {
     /* A communicator over the ranks of `host` that also moves this backend's memory (host buffers still go
      * through `host`, which stays the caller's); NULL when host's transport reads backend memory directly. */
     tfb_status (*comm_wrap)(void *ctx, struct tfb_comm *host, struct tfb_comm **out);
+    /* The kernel profile (a GPU backend with TFB_KERNEL_PROFILE=N set; NULL or a no-op otherwise): on = 1 starts
+     * recording the device's work, on = 0 stops and prints the N largest entries on stderr. */
+    tfb_status (*trace)(void *ctx, int on);
     /* One line about the i-th convolution shape seen so far and the algorithms chosen for it: 1, or 0 past the
      * last. NULL when the backend chooses no algorithms (the CPU's im2col). */
     int (*conv_plan_text)(void *ctx, int i, char *buf, size_t len);

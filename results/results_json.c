@@ -196,8 +196,9 @@ static cJSON *summary_json(const tfb_run_record *r, const tfb_run_summary *s) {
                           num_or_null(r->coll_time_s > 0 ? r->bus_bytes_per_step / r->coll_time_s / 1e9 : NAN));
     cJSON_AddStringToObject(o, "collective_bus_bandwidth_definition",
                             "bus bytes per step and rank (all-reduce 2(n-1)/n, all-gather (n-1)/n of the data, "
-                            "nccl-tests convention) / median time in tensor-parallel collectives plus the exposed "
-                            "data-parallel wait; an upper bound when data-parallel buckets overlap backward");
+                            "nccl-tests convention) / median time waiting on tensor-parallel collectives plus the "
+                            "exposed data-parallel wait; an upper bound where collectives overlap compute "
+                            "(data-parallel buckets, the tensor-parallel dX all-reduce)");
     return o;
 }
 

@@ -51,13 +51,16 @@ record HWLOC 1 $r "(required: topology, binding)"; [ $r = 0 ] && libs+=(-lhwloc)
 ext_lib() { local d; for d in "$1/lib64" "$1/lib"; do [ -d "$d" ] && echo "$d" && return; done; echo "$1/lib"; }
 ext_flags() { [ -n "$1" ] && echo "-I$1/include -L$(ext_lib "$1")"; }
 ext_link() { [ -n "$1" ] && echo "-L$(ext_lib "$1") -Wl,-rpath,$(ext_lib "$1")"; }
-cuda_r=1 cublas_r=1 cudnn_r=1 nccl_r=1
+cuda_r=1 cublas_r=1 cudnn_r=1 nccl_r=1 cupti_r=1
 if [ "$cuda_mode" != 0 ] && [ -x "$cuda_home/bin/nvcc" ]; then
     nv="$cuda_home/bin/nvcc"
     probe CUDA cuda_runtime.h 'cudaFree(0)' '-lcudart' "$nv"; cuda_r=$?
     probe CUBLAS cublas_v2.h 'cublasHandle_t x; cublasCreate(&x)' '-lcublas' "$nv"; cublas_r=$?
     probe CUDNN cudnn.h 'cudnnGetVersion()' "$(ext_flags "${CUDNN_HOME:-}") -lcudnn" "$nv"; cudnn_r=$?
     probe NCCL nccl.h 'int v; ncclGetVersion(&v)' "$(ext_flags "${NCCL_HOME:-}") -lnccl" "$nv"; nccl_r=$?
+    # CUPTI sits beside the toolkit's own headers and libraries, or under extras/CUPTI in older layouts
+    cupti_home=$([ -f "$cuda_home/include/cupti.h" ] || [ ! -d "$cuda_home/extras/CUPTI" ] || echo "$cuda_home/extras/CUPTI")
+    probe CUPTI cupti.h 'uint32_t v; cuptiGetVersion(&v)' "$(ext_flags "$cupti_home") -lcupti" "$nv"; cupti_r=$?
     note="(optional: $nv)"
 else
     note=$([ "$cuda_mode" = 0 ] && echo "(disabled with CUDA=0)" || echo "(optional: no nvcc in $cuda_home)")
@@ -76,7 +79,7 @@ if [ $cuda_r = 0 ]; then
     [ -z "$sass" ] && cuda_r=1 && note="(optional: $nv targets none of CUDA_ARCHS='${CUDA_ARCHS:-}')"
     [ $ptx != 0 ] && gencode="$gencode -gencode arch=compute_$ptx,code=compute_$ptx"
 fi
-[ $cuda_r != 0 ] && cublas_r=1 cudnn_r=1 nccl_r=1
+[ $cuda_r != 0 ] && cublas_r=1 cudnn_r=1 nccl_r=1 cupti_r=1
 cuda_ready=$([ $cuda_r = 0 ] && [ $cublas_r = 0 ] && [ $cudnn_r = 0 ] && [ $nccl_r = 0 ] && echo 1 || echo 0)
 if [ $cuda_r = 0 ]; then
     note="$note: sm_${sass// /, sm_} + PTX $ptx${skipped:+ (not supported by this nvcc:$skipped)}"
@@ -86,6 +89,7 @@ record CUDA 0 $cuda_r "$note"
 record CUBLAS 0 $cublas_r "(optional)"
 record CUDNN 0 $cudnn_r "(optional)"
 record NCCL 0 $nccl_r "(optional)"
+record CUPTI 0 $cupti_r "(optional: the kernel profile, TFB_KERNEL_PROFILE)"
 h+=("#define TFB_CUDA_BACKEND $cuda_ready")
 if [ $cuda_ready = 1 ]; then
     h+=("#define TFB_CUDA_SASS \"$sass\"" "#define TFB_CUDA_PTX $ptx")
@@ -107,8 +111,11 @@ cuda_libs="" nvcc_inc=""
 if [ $cuda_ready = 1 ]; then
     lib="$cuda_home/lib64"
     cuda_libs="$(ext_link "${CUDNN_HOME:-}") $(ext_link "${NCCL_HOME:-}") -L$lib -Wl,-rpath,$lib"
-    cuda_libs="$cuda_libs -lcublas -lcudnn -lnccl -lcudart_static -ldl -lrt -lstdc++"
-    for home in "${CUDNN_HOME:-}" "${NCCL_HOME:-}"; do [ -n "$home" ] && nvcc_inc="$nvcc_inc -I$home/include"; done
+    [ $cupti_r = 0 ] && [ -n "$cupti_home" ] && cuda_libs="$cuda_libs $(ext_link "$cupti_home")"
+    cuda_libs="$cuda_libs -lcublas -lcudnn -lnccl$([ $cupti_r = 0 ] && echo " -lcupti") -lcudart_static -ldl -lrt -lstdc++"
+    for home in "${CUDNN_HOME:-}" "${NCCL_HOME:-}" "$([ $cupti_r = 0 ] && echo "$cupti_home")"; do
+        [ -n "$home" ] && nvcc_inc="$nvcc_inc -I$home/include"
+    done
 fi
 {
     echo "CONFIG_LIBS := $blas_flags -lcjson ${libs[*]:-} $cuda_libs -lm"

@@ -13,7 +13,9 @@
 #      time went). When python3 has PyTorch with CUDA, the same step in PyTorch beside it
 #      (scripts/torch_*_step.py: eager, FP16 as AMP, resnet50's FP16 channels-last) and the ratio; the issue's goals
 #      read off those rows (bert-large FP16 at 40% MFU and at least PyTorch's speed; resnet50 FP16 at least
-#      PyTorch's). GPU_CHECK_TORCH=0 leaves PyTorch out.
+#      PyTorch's). GPU_CHECK_TORCH=0 leaves PyTorch out;
+#   5. the kernel profile of the two FP16 runs (TFB_KERNEL_PROFILE=15: the 15 largest kernels by GPU time, from
+#      CUPTI), a diagnostic that never fails the check (GPU_CHECK_PROFILE=0 leaves it out).
 # Ends with one compact table; logs and results files go to $OUT (default build/gpu-check). Exit 0 when every check
 # passed, 1 otherwise, 2 when there is no usable GPU. Needs what `make` needs (MPI, OpenBLAS, cJSON, hwloc, CUDA).
 # GPU_CHECK_DEVICE=cpu runs the whole script with the CPU backend standing in for the GPU (to check the script
@@ -177,6 +179,19 @@ print(f\"{g['global_batch']} | {ours:.1f} | {100 * s['mfu']:.1f}% | {vs} | \"
     done
 done
 
+# The kernel profile of the FP16 goal runs (TFB_KERNEL_PROFILE, CUPTI): where the GPU time goes. Diagnostic only:
+# it never fails the check. GPU_CHECK_PROFILE=0 leaves it out.
+profiles=()
+if [ "$dev" = cuda ] && [ "${GPU_CHECK_PROFILE:-1}" != 0 ]; then
+    for model in ${GPU_CHECK_BENCH:-bert-large resnet50}; do
+        case $model in resnet50) shape="--batch 256" ;; bert-large) shape="--batch 32 --seq-len 128" ;; *) shape="" ;; esac
+        json="$out/profile-$model-fp16.json"
+        # shellcheck disable=SC2086
+        TFB_KERNEL_PROFILE=15 run "$dev" "$model" fp16 5 2 "$json" --parallel data $shape
+        profiles+=("$(awk '/^kernel profile/ {on = 1; print; next} on && /^\|/ {print; next} {on = 0}' "${json%.json}.log")")
+    done
+fi
+
 echo
 echo "gpu-check: $(grep -o '[0-9]* of [0-9]* checks passed' "$out/ops.txt")"
 grep FAIL "$out/ops.txt"
@@ -185,6 +200,7 @@ printf '%s\n' "${steps_rows[@]}"
 echo "| model | prec | batch | samples/s | MFU | PyTorch samples/s | tfbench / PyTorch | fwd / bwd / opt ms | GiB peak / planned | peak TFLOP/s from |"
 printf '%s\n' "${bench_rows[@]}"
 [ -n "$links_row" ] && echo "$links_row"
+[ ${#profiles[@]} -gt 0 ] && printf '%s\n' "${profiles[@]}"
 echo "gpu-check: $(( $(date +%s) - start )) s in all"
 [ "$ops" = 0 ] || status=1
 exit $status
