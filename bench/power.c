@@ -181,6 +181,9 @@ static long throttle_sum(const tfb_power_meter *m) {
 /* Reads the counters and stamps the reading with the middle of the read. A read that took long (the thread was
  * descheduled in it) has an uncertain time: its intervals still count towards the energy but not the peak. */
 enum { READ_SLACK_MS = 20 };
+/* The shortest sampling interval that counts as one (for the peak and the interval count): the sampler wakes once a
+ * second, but a window starts at any point of its wait. */
+static const double PEAK_MIN_S = 0.5;
 static double stamped_read(tfb_power_meter *m, int *sure) {
     double t0 = tfb_clock_s();
     counters_read(m);
@@ -201,9 +204,11 @@ static void *sampler(void *arg) {
         int sure;
         double now = stamped_read(m, &sure);
         if (m->in_window && now > m->last_t) {
-            double w = (m->total_j - m->last_total) / (now - m->last_t);
-            if (sure && m->last_sure && w > m->peak_w) m->peak_w = w;
-            m->samples++;
+            double dt = now - m->last_t, w = (m->total_j - m->last_total) / dt;
+            if (dt >= PEAK_MIN_S) { /* a window's first interval can be short: it would magnify the counters' lag */
+                if (sure && m->last_sure && w > m->peak_w) m->peak_w = w;
+                m->samples++;
+            }
             if (m->nvml) gpu_throttle_sample(m);
         }
         m->last_t = now, m->last_total = m->total_j, m->last_sure = sure;

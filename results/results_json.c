@@ -144,7 +144,8 @@ static cJSON *energy_json(const tfb_run_record *r, const tfb_run_summary *s) {
                                                                        : cJSON_CreateNull());
     cJSON_AddStringToObject(e, "definition", "energy counters read at each timed window's edges (outside the timed "
                             "region) and sampled once a second between them; summed over nodes; mean_w = joules / "
-                            "sum of windows; peak_w_1s: each node's highest 1 s interval, summed");
+                            "sum of windows; peak_w_1s: each node's highest 1 s interval (intervals under 0.5 s, "
+                            "which a window can start with, count towards the energy only), summed");
     return e;
 }
 
