@@ -145,13 +145,18 @@ torch_rate() { # model batch size precision
     python3 -c "import sys; print(f'{int(sys.argv[1]) / float(sys.argv[2]):.1f}')" "$2" "$t" 2>/dev/null
 }
 
-bench_rows=()
-for model in ${GPU_CHECK_BENCH:-bert-large resnet50}; do
-    case $model in # the goals' shapes; another model runs at its defaults, without PyTorch beside it
+# The goals' shapes (batch, size, options); another model runs at its defaults, without PyTorch beside it.
+goal_shape() {
+    case $1 in
     resnet50) batch=256 size=224 shape="--batch 256" ;;
     bert-large) batch=32 size=128 shape="--batch 32 --seq-len 128" ;;
     *) batch="" size="" shape="" ;;
     esac
+}
+
+bench_rows=()
+for model in ${GPU_CHECK_BENCH:-bert-large resnet50}; do
+    goal_shape "$model"
     for prec in fp32 tf32 fp16; do
         json="$out/bench-$model-$prec.json"
         # shellcheck disable=SC2086
@@ -184,7 +189,7 @@ done
 profiles=()
 if [ "$dev" = cuda ] && [ "${GPU_CHECK_PROFILE:-1}" != 0 ]; then
     for model in ${GPU_CHECK_BENCH:-bert-large resnet50}; do
-        case $model in resnet50) shape="--batch 256" ;; bert-large) shape="--batch 32 --seq-len 128" ;; *) shape="" ;; esac
+        goal_shape "$model"
         json="$out/profile-$model-fp16.json"
         # shellcheck disable=SC2086
         TFB_KERNEL_PROFILE=15 run "$dev" "$model" fp16 5 2 "$json" --parallel data $shape

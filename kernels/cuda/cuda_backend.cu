@@ -295,8 +295,7 @@ extern "C" tfb_status tfb_cuda_backend_create(int device, tfb_backend **out, cha
     be->marks_reserve = cuda_marks_reserve; be->mark = cuda_mark; be->mark_seconds = cuda_mark_seconds;
     be->comm_wrap = tfb_cuda_comm_wrap;
     be->trace = tfb_cuda_trace;
-    tfb_cuda_profile_open();
-    if (tfb_cuda_profile_rows() && tfb_log_rank == 0)
+    if (tfb_cuda_profile_open() && tfb_log_rank == 0)
         fprintf(stderr, "tfbench: kernel profile on (TFB_KERNEL_PROFILE): CUPTI records every kernel of the timed "
                         "windows, so this run's throughput is not a benchmark figure\n");
     tfb_cuda_blas_install(be);

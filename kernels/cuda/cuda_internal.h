@@ -122,8 +122,7 @@ tfb_status tfb_cuda_grow(cuda_ctx *c, void **buf, size_t *have, size_t bytes);
 tfb_status tfb_cuda_comm_wrap(void *ctx, struct tfb_comm *host, struct tfb_comm **out);
 
 /* cuda_profile.cu: the kernel profile (TFB_KERNEL_PROFILE), read at open; tfb_backend.trace. */
-void tfb_cuda_profile_open(void);
-int tfb_cuda_profile_rows(void);
+int tfb_cuda_profile_open(void); /* rows to print, 0: off */
 tfb_status tfb_cuda_trace(void *ctx, int on);
 
 void tfb_cuda_blas_install(tfb_backend *be);

@@ -36,12 +36,6 @@ static struct {
     int tracing;
 } P;
 
-/* The profile's size from TFB_KERNEL_PROFILE (0: off). */
-int tfb_cuda_profile_rows(void) {
-    const char *v = getenv("TFB_KERNEL_PROFILE");
-    int n = v && v[0] ? atoi(v) : 0;
-    return n > 0 ? n : 0;
-}
 
 #if HAVE_CUPTI
 static void profile_add(const char *name, double ns) {
@@ -172,4 +166,10 @@ tfb_status tfb_cuda_trace(void *ctx, int on) {
     return TFB_OK;
 }
 
-void tfb_cuda_profile_open(void) { P.top = tfb_cuda_profile_rows(); }
+/* The profile's size from TFB_KERNEL_PROFILE (0: off), read once when the backend opens. */
+int tfb_cuda_profile_open(void) {
+    const char *v = getenv("TFB_KERNEL_PROFILE");
+    int n = v && v[0] ? atoi(v) : 0;
+    P.top = n > 0 ? n : 0;
+    return P.top;
+}
