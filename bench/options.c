@@ -27,6 +27,7 @@ static const opt_spec OPTS[] = {
     {"--seq-len", OPT_INT, F(seq_len), "128", 8, 512, "sequence length, 8..512"},
     {"--image-size", OPT_INT0, F(image_size), "0", 0, 4096, "ResNet input height and width, >= 32 (0: 224, 32 for resnet-tiny)"},
     {"--sync-bn", OPT_FLAG, F(sync_bn), "0", 0, 0, "ResNet: batch-norm statistics over all data-parallel ranks"},
+    {"--conv-layout", OPT_STR, F(conv_layout), "auto", 0, 0, "ResNet activations: auto|nchw|nhwc (auto: nhwc for fp16 and bf16 on a GPU, where cuDNN's tensor-core convolutions want channels last; nchw otherwise)"},
     {"--checkpointing", OPT_FLAG, F(checkpointing), "0", 0, 0, "activation checkpointing: keep each transformer layer's (ResNet block's) input, recompute it in backward"},
     {"--masked", OPT_INT0, F(masked), "0", 0, 512, "masked predictions per sequence (0: 20 per 128 tokens)"},
     {"--steps", OPT_INT, F(steps), "50", 1, 1 << 30, "timed steps per trial"},
@@ -132,7 +133,8 @@ static tfb_status check_options(tfb_options *o, char *err, size_t n) {
                              *const scal[] = {"weak", "strong", NULL}, *const dev[] = {"auto", "cpu", "cuda", NULL},
                              *const prog[] = {"auto", "on", "off", NULL},
                              *const fmt[] = {"table", "csv", NULL},
-                             *const bind[] = {"auto", "gpu", "core", "numa", "none", NULL};
+                             *const bind[] = {"auto", "gpu", "core", "numa", "none", NULL},
+                             *const conv_layout[] = {"auto", "nchw", "nhwc", NULL};
     o->resnet = resnet_config_find(o->model) != NULL;
     if (!bert_config_find(o->model) && !o->resnet) {
         snprintf(err, n, "--model: unknown model '%s' (known: %s, %s)", o->model, bert_config_names(),
@@ -155,6 +157,12 @@ static tfb_status check_options(tfb_options *o, char *err, size_t n) {
     TFB_TRY(check_choice("--progress", o->progress, prog, err, n));
     TFB_TRY(check_choice("--format", o->format, fmt, err, n));
     TFB_TRY(check_choice("--bind", o->bind, bind, err, n));
+    TFB_TRY(check_choice("--conv-layout", o->conv_layout, conv_layout, err, n));
+    if (!o->resnet && strcmp(o->conv_layout, "auto") != 0) {
+        snprintf(err, n, "--conv-layout: applies to ResNet models, not %s", o->model);
+        return TFB_ERR_ARG;
+    }
+    o->act_layout = strcmp(o->conv_layout, "nhwc") == 0 ? TFB_NHWC : TFB_NCHW;
     o->gemm_type = strcmp(o->precision, "fp16") == 0 ? TFB_F16 : strcmp(o->precision, "bf16") == 0 ? TFB_BF16 : TFB_F32;
     o->tf32 = strcmp(o->precision, "tf32") == 0;
     o->strong = strcmp(o->scaling, "strong") == 0;
@@ -197,6 +205,12 @@ tfb_status tfb_options_parse(int argc, char **argv, tfb_options *o, char *err, s
     }
     if (o->help || o->version) return TFB_OK;
     return check_options(o, err, n);
+}
+
+void tfb_options_resolve_backend(tfb_options *o, const char *backend) {
+    if (strcmp(o->conv_layout, "auto") != 0) return;
+    int gpu = strcmp(backend, "cpu") != 0;
+    o->act_layout = o->resnet && gpu && o->gemm_type != TFB_F32 ? TFB_NHWC : TFB_NCHW;
 }
 
 void tfb_options_help(FILE *f) {

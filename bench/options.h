@@ -19,6 +19,8 @@ typedef struct {
     int batch, seq_len, masked, steps, warmup, trials;
     int resnet;              /* the model is a ResNet */
     int image_size, sync_bn;
+    char conv_layout[8];     /* auto, nchw, nhwc */
+    tfb_layout act_layout;   /* ResNet activations: --conv-layout, auto resolved once the backend is known */
     int checkpointing;       /* recompute each layer (block) in backward from its saved input */
     char parallel[16];       /* compare (every strategy at every scale), data, tensor, pipeline */
     int dp, tp, pp;          /* an explicit hybrid layout (0: not given) */
@@ -55,5 +57,7 @@ typedef struct {
 /* Fills defaults, then parses argv[1..]. On a bad option returns TFB_ERR_ARG with a one-line message in err. */
 tfb_status tfb_options_parse(int argc, char **argv, tfb_options *o, char *err, size_t err_len);
 void tfb_options_help(FILE *f);
+/* --conv-layout auto decided for the backend the rank opened ("cpu", "cuda"): NHWC for 16-bit ResNets on a GPU. */
+void tfb_options_resolve_backend(tfb_options *o, const char *backend);
 
 #endif

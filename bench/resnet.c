@@ -11,8 +11,13 @@
  * activation set (rn_net) per micro-batch in flight. Tensor parallelism splits every convolution's output
  * channels (and the FC layer's classes) over the group: a rank keeps its channels of every activation, gathers
  * the whole tensor before each convolution (all-gather) and sums the input gradients of its convolutions over the
- * group (all-reduce) before keeping its channels again. Batch norm is per channel, so it stays exact. This file
- * does not time, schedule micro-batches or update parameters.
+ * group (all-reduce) before keeping its channels again. Batch norm is per channel, so it stays exact.
+ *
+ * Activations are NCHW or NHWC (the configuration's layout; NHWC lets 16-bit convolutions on a GPU run on tensor
+ * cores without transposes). Shapes below are written in NCHW order; in NHWC the same tensors are channels-last,
+ * filters are (K, R, S, C), a channel shard is a column range of (n*H*W, C) rows, and images are drawn in NCHW
+ * order and reordered, so both layouts train on the same numbers. This file does not time, schedule
+ * micro-batches or update parameters.
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,7 +36,7 @@ enum { STREAM_INIT = 5, STREAM_DATA = 6 };
 typedef struct {
     tfb_conv_desc cd;          /* shapes for the micro-batch: c whole, k this rank's */
     size_t w_off, g_off, b_off;/* parameter pool offsets of the filters, gamma and beta */
-    float *w;                  /* (K, C, R, S) */
+    float *w;                  /* (K, C, R, S); NHWC: (K, R, S, C) */
     float *gamma, *beta;       /* (K) */
     float *dw, *dgamma, *dbeta;
     float *run_mean, *run_var; /* (K) running statistics (not trained), shared by every activation set */
@@ -71,6 +76,8 @@ typedef struct {
     size_t offset;
     int keep;                  /* the unit being laid out belongs to this stage */
     int T;                     /* tensor group size: filters and classes split T ways */
+    int nhwc;                  /* activations channels-last: filters stored (K, R, S, C) */
+    int taps;                  /* the tensor being taken is such a filter with this many taps (else 0) */
 } rn_layout;
 
 typedef struct {
@@ -80,6 +87,7 @@ typedef struct {
     tfb_backend *be;
     int n, image, v1;
     int T, t;                  /* tensor group size and rank */
+    tfb_layout layout;         /* of every activation */
     int u0, u1, n_units;       /* this stage: units [u0, u1) of stem (0), blocks (1..), head (last) */
     rn_net *net;               /* [slots] */
     unsigned char *busy;       /* [slots] */
@@ -114,7 +122,7 @@ static void layout_take(rn_layout *lo, size_t *off, const char *name, int full_r
         tfb_param_info *p = &lo->table[lo->count];
         *p = (tfb_param_info){.offset = lo->offset, .numel = (size_t)rows * cols, .rows = rows, .cols = cols,
                               .decay = decay, .index = lo->index, .full_rows = full_rows, .full_cols = cols,
-                              .shard = T > 1 ? TFB_SHARD_ROWS : TFB_SHARD_NONE, .blocks = 1};
+                              .shard = T > 1 ? TFB_SHARD_ROWS : TFB_SHARD_NONE, .blocks = 1, .taps = lo->taps};
         snprintf(p->name, sizeof p->name, "%s", name);
     }
     lo->index++;
@@ -129,10 +137,13 @@ static void unit_init(rn_unit *u, rn_layout *lo, const char *name, int n, int c,
     char buf[64];
     int pad = r / 2, p = (h + 2 * pad - r) / stride + 1;
     u->cd = (tfb_conv_desc){.n = n, .c = c, .h = h, .w = h, .k = k / lo->T, .r = r, .s = r, .stride = stride,
-                            .pad = pad, .p = p, .q = p, .layout = TFB_NCHW, .in_type = TFB_F32};
+                            .pad = pad, .p = p, .q = p, .layout = lo->nhwc ? TFB_NHWC : TFB_NCHW,
+                            .in_type = TFB_F32};
     u->relu = relu;
     snprintf(buf, sizeof buf, "%s.conv.weight", name);
+    lo->taps = lo->nhwc && r > 1 ? r * r : 0;
     layout_take(lo, &u->w_off, buf, k, c * r * r, 1, 1);
+    lo->taps = 0;
     snprintf(buf, sizeof buf, "%s.bn.gamma", name);
     layout_take(lo, &u->g_off, buf, k, 1, 1, 0);
     snprintf(buf, sizeof buf, "%s.bn.beta", name);
@@ -482,16 +493,24 @@ static tfb_status init_running(resnet_model *m) {
 
 /* ---- synthetic data: N(0, 1) pixels and uniform labels, a pure function of (seed, global image index) ---- */
 
+/* images (n, 3, image, image) in the model's layout, drawn on the device (no host loop or copy in the step; row =
+ * global sample index) in NCHW order: NHWC draws into dz (free between backward passes) and reorders. */
+static tfb_status draw_images(resnet_model *m, float *images, uint64_t first, tfb_philox_key k) {
+    int hw = m->image * m->image;
+    float *dst = m->layout == TFB_NHWC ? m->dz : images;
+    TFB_CHECK(m->be->normal_fill(m->be->ctx, dst, (size_t)m->n, (size_t)3 * hw, first, k));
+    if (m->layout == TFB_NCHW) return TFB_OK;
+    return m->be->permute_0213(m->be->ctx, images, 3, m->dz, (size_t)hw, m->n, 3, hw, 1);
+}
+
 static tfb_status resnet_load_batch(void *self, int step, int mb, int slot) {
     resnet_model *m = self;
     rn_net *net = &m->net[slot];
-    size_t per = (size_t)3 * m->image * m->image;
     uint64_t first = (uint64_t)(m->wc.fixed_batch ? 0 : step) * m->wc.global_batch + m->wc.sample0 +
                      (uint64_t)mb * m->n;
     tfb_philox_key k = tfb_philox_key_make(m->wc.seed, STREAM_DATA);
     m->last_slot = slot;
-    if (has_stem(m)) /* drawn on the device: no host loop or copy in the step (row = global sample index) */
-        TFB_CHECK(m->be->normal_fill(m->be->ctx, net->images, (size_t)m->n, per, first, k));
+    if (has_stem(m)) TFB_CHECK(draw_images(m, net->images, first, k));
     if (!has_head(m)) return TFB_OK;
     int *lab = tfb_mempool_mirror(&m->pools[3], net->labels);
     for (int b = 0; b < m->n; b++)
@@ -514,24 +533,29 @@ static const void *lp_weight(resnet_model *m, const float *w) {
 
 /* ---- tensor parallelism: channel shards <-> whole tensors ---- */
 
+/* A channel shard (n, cl, hw) as rows of contiguous chunks: n rows of cl * hw in NCHW, n * hw rows of cl in
+ * NHWC; the whole tensor's rows hold every rank's chunk in rank order. */
+static size_t shard_rows(const resnet_model *m, int n, int hw) { return m->layout == TFB_NHWC ? (size_t)n * hw : (size_t)n; }
+static size_t shard_chunk(const resnet_model *m, int cl, int hw) { return m->layout == TFB_NHWC ? (size_t)cl : (size_t)cl * hw; }
+
 /* full (n, T * cl, hw) = every rank's local (n, cl, hw), gathered over the tensor group. */
 static tfb_status gather_channels(resnet_model *m, float *full, const float *local, int n, int cl, int hw) {
-    size_t chunk = (size_t)cl * hw, per_rank = (size_t)n * chunk;
+    size_t chunk = shard_chunk(m, cl, hw), rows = shard_rows(m, n, hw), per_rank = rows * chunk;
     TFB_CHECK(tfb_workload_mark(&m->wl, TFB_MARK_WORK));
     TFB_CHECK(m->wc.tp->allgather(m->wc.tp, local, m->gather, per_rank, TFB_COMM_F32));
     TFB_CHECK(tfb_workload_mark(&m->wl, TFB_MARK_TP));
     m->wl.tp_bus_bytes += (double)(m->T - 1) * per_rank * sizeof(float);
     for (int r = 0; r < m->T; r++)
-        TFB_CHECK(m->be->copy_2d(m->be->ctx, full + r * chunk, chunk * m->T, m->gather + r * per_rank, chunk, (size_t)n,
+        TFB_CHECK(m->be->copy_2d(m->be->ctx, full + r * chunk, chunk * m->T, m->gather + r * per_rank, chunk, rows,
                                  chunk));
     return TFB_OK;
 }
 
 /* local (n, cl, hw) = this rank's channels of full (n, T * cl, hw) summed over the tensor group. */
 static tfb_status reduce_channels(resnet_model *m, float *local, float *full, int n, int cl, int hw) {
-    size_t chunk = (size_t)cl * hw;
-    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, full, (size_t)n * chunk * m->T, TFB_SUM));
-    return m->be->copy_2d(m->be->ctx, local, chunk, full + (size_t)m->t * chunk, chunk * m->T, (size_t)n, chunk);
+    size_t chunk = shard_chunk(m, cl, hw), rows = shard_rows(m, n, hw);
+    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, full, rows * chunk * m->T, TFB_SUM));
+    return m->be->copy_2d(m->be->ctx, local, chunk, full + (size_t)m->t * chunk, chunk * m->T, rows, chunk);
 }
 
 /* ---- synchronised batch norm: per-rank (mean, var) of equal counts combined exactly, on the backend ---- */
@@ -546,19 +570,27 @@ static tfb_status sync_moments(resnet_model *m, rn_unit *u) {
 
 /* ---- forward ---- */
 
+/* A unit's output as the batch-norm ops see it: (n, K, P*Q) in NCHW, (n*P*Q, K, 1) in NHWC. */
+static void bn_view(const resnet_model *m, const rn_unit *u, int *rows, int *hw) {
+    int pq = u->cd.p * u->cd.q;
+    *rows = m->layout == TFB_NHWC ? u->cd.n * pq : u->cd.n;
+    *hw = m->layout == TFB_NHWC ? 1 : pq;
+}
+
 /* x: the unit's whole input (gathered under tensor parallelism). */
 static tfb_status unit_fwd(resnet_model *m, rn_unit *u, const float *x) {
     tfb_backend *be = m->be;
     const tfb_conv_desc *d = &u->cd;
-    int pq = d->p * d->q;
+    int rows, hw;
     const void *xin;
+    bn_view(m, u, &rows, &hw);
     u->x = x;
     TFB_CHECK(lp_act(m, 0, x, unit_in(u), &xin));
     TFB_CHECK(be->conv_fwd(be->ctx, d, u->z, xin, lp_weight(m, u->w)));
-    TFB_CHECK(be->bn_moments(be->ctx, u->mean, u->var, u->z, d->n, d->k, pq));
+    TFB_CHECK(be->bn_moments(be->ctx, u->mean, u->var, u->z, rows, d->k, hw));
     if (m->wc.sync_bn && m->wc.dp_size > 1) TFB_CHECK(sync_moments(m, u));
-    TFB_CHECK(be->bn_apply(be->ctx, u->y, u->z, u->mean, u->var, u->gamma, u->beta, d->n, d->k, pq, BN_EPS));
-    double count = (double)d->n * pq * (m->wc.sync_bn ? m->wc.dp_size : 1);
+    TFB_CHECK(be->bn_apply(be->ctx, u->y, u->z, u->mean, u->var, u->gamma, u->beta, rows, d->k, hw, BN_EPS));
+    double count = (double)rows * hw * (m->wc.sync_bn ? m->wc.dp_size : 1);
     if (!m->recomputing)
         TFB_CHECK(be->bn_running_update(be->ctx, u->run_mean, u->run_var, u->mean, u->var, d->k, BN_MOMENTUM, count));
     if (u->relu) TFB_CHECK(be->act_fwd(be->ctx, TFB_ACT_RELU, u->y, u->y, unit_out(u)));
@@ -630,7 +662,7 @@ static tfb_status head_fwd(resnet_model *m, rn_net *net, const float *x, int hw,
     int n = m->n, C = m->feat, K = m->classes_l;
     const void *pooled;
     double sum;
-    TFB_CHECK(be->avgpool_fwd(be->ctx, net->pooled, x, n, C / m->T, hw));
+    TFB_CHECK(be->avgpool_fwd(be->ctx, net->pooled, x, n, C / m->T, hw, m->layout));
     const float *whole = net->pooled;
     if (m->T > 1) {
         TFB_CHECK(gather_channels(m, net->pooled_full, net->pooled, n, C / m->T, 1));
@@ -649,7 +681,7 @@ static const float *stem_fwd(resnet_model *m, rn_net *net, tfb_status *st) {
     if (*st != TFB_OK || !m->cfg.stem_pool) return net->stem.y;
     const tfb_conv_desc *d = &net->stem.cd;
     *st = m->be->maxpool_fwd(m->be->ctx, net->pooled_stem, net->argmax, net->stem.y, d->n, d->k, d->p, d->q, 3, 2, 1,
-                             m->pool_p, m->pool_q);
+                             m->pool_p, m->pool_q, m->layout);
     return net->pooled_stem;
 }
 
@@ -712,17 +744,18 @@ static tfb_status resnet_forward(void *self, int step, int mb, int slot, double 
 static tfb_status unit_bwd(resnet_model *m, rn_unit *u, float *dy, float *dx) {
     tfb_backend *be = m->be;
     const tfb_conv_desc *d = &u->cd;
-    int pq = d->p * d->q;
+    int rows, hw;
     const void *x, *dz;
+    bn_view(m, u, &rows, &hw);
     if (u->relu) TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_RELU, dy, dy, u->y, unit_out(u)));
     float *sum_dy = m->bn_sums, *sum_dy_xhat = m->bn_sums + d->k;
-    TFB_CHECK(be->bn_bwd_reduce(be->ctx, sum_dy, sum_dy_xhat, u->dgamma, u->dbeta, dy, u->z, u->mean, u->var, d->n,
-                                d->k, pq, BN_EPS));
+    TFB_CHECK(be->bn_bwd_reduce(be->ctx, sum_dy, sum_dy_xhat, u->dgamma, u->dbeta, dy, u->z, u->mean, u->var, rows,
+                                d->k, hw, BN_EPS));
     int sync = m->wc.sync_bn && m->wc.dp_size > 1;
     if (sync) TFB_CHECK(m->wc.group_sum(m->wc.group_sum_ctx, m->bn_sums, 2 * d->k));
-    double count = (double)d->n * pq * (sync ? m->wc.dp_size : 1);
-    TFB_CHECK(be->bn_bwd_apply(be->ctx, m->dz, dy, u->z, u->mean, u->var, u->gamma, sum_dy, sum_dy_xhat, count, d->n,
-                               d->k, pq, BN_EPS));
+    double count = (double)rows * hw * (sync ? m->wc.dp_size : 1);
+    TFB_CHECK(be->bn_bwd_apply(be->ctx, m->dz, dy, u->z, u->mean, u->var, u->gamma, sum_dy, sum_dy_xhat, count, rows,
+                               d->k, hw, BN_EPS));
     TFB_CHECK(lp_act(m, 0, u->x, unit_in(u), &x));
     TFB_CHECK(lp_act(m, 1, m->dz, unit_out(u), &dz));
     TFB_CHECK(be->conv_bwd_filter(be->ctx, d, u->dw, x, dz));
@@ -782,14 +815,14 @@ static tfb_status head_bwd(resnet_model *m, rn_net *net, float loss_scale, float
         TFB_CHECK(gemm(m, 0, 0, n, C, K, dl, K, lp_weight(m, m->fc_w), C, 0.0f, m->gfull[0], C));
         TFB_CHECK(reduce_channels(m, net->pooled, m->gfull[0], n, C / m->T, 1));
     }
-    return be->avgpool_bwd(be->ctx, g, net->pooled, n, C / m->T, hw);
+    return be->avgpool_bwd(be->ctx, g, net->pooled, n, C / m->T, hw, m->layout);
 }
 
 static tfb_status stem_bwd(resnet_model *m, rn_net *net, float *g, float *work) {
     const tfb_conv_desc *d = &net->stem.cd;
     if (m->cfg.stem_pool) {
         TFB_CHECK(m->be->maxpool_bwd(m->be->ctx, work, g, net->argmax, d->n, d->k, d->p * d->q,
-                                     m->pool_p * m->pool_q));
+                                     m->pool_p * m->pool_q, m->layout));
         g = work;
     }
     return unit_bwd(m, &net->stem, g, NULL); /* the first layer needs no input gradient */
@@ -874,9 +907,15 @@ static tfb_status resnet_dump_batch(void *self, const char *dir) {
     rn_net *net = &m->net[m->last_slot];
     char path[4096];
     if (has_stem(m)) {
-        size_t per = (size_t)3 * m->image * m->image;
+        int hw = m->image * m->image;
+        size_t per = (size_t)3 * hw;
         float *host = tfb_mempool_mirror(&m->pools[3], net->images);
-        TFB_CHECK(m->be->copy_d2h(m->be->ctx, host, net->images, (size_t)m->n * per * sizeof(float)));
+        const float *nchw = net->images;
+        if (m->layout == TFB_NHWC) { /* dumps are NCHW whatever the layout */
+            TFB_CHECK(m->be->permute_0213(m->be->ctx, m->dz, (size_t)hw, net->images, 3, m->n, hw, 3, 1));
+            nchw = m->dz;
+        }
+        TFB_CHECK(m->be->copy_d2h(m->be->ctx, host, nchw, (size_t)m->n * per * sizeof(float)));
         snprintf(path, sizeof path, "%s/batch.images.npy", dir);
         TFB_CHECK(tfb_npy_write_f32(path, host, m->n, (int)per));
     }
@@ -926,8 +965,8 @@ static void fill_workload(resnet_model *m) {
     m->wl.recompute_flops_per_sample = m->wc.checkpointing ? 2.0 * blocks_macs(m) : 0;
     m->wl.flops_convention = "training = 3 x forward minus the first convolution's backward-data; 1 multiply-add "
                              "= 2 FLOPs; convolutions and the FC layer";
-    snprintf(m->wl.shape, sizeof m->wl.shape, "image %dx%d, %d classes, %s batch norm", m->image, m->image,
-             m->cfg.classes, m->wc.sync_bn ? "synchronised" : "per-rank");
+    snprintf(m->wl.shape, sizeof m->wl.shape, "image %dx%d, %d classes, %s batch norm, %s", m->image, m->image,
+             m->cfg.classes, m->wc.sync_bn ? "synchronised" : "per-rank", m->layout == TFB_NHWC ? "NHWC" : "NCHW");
     describe_stage(m);
     m->wl.layers_held = 0;
     for (int b = 0; b < m->n_blocks; b++) m->wl.layers_held += has_block(m, b);
@@ -1007,14 +1046,15 @@ static tfb_status place(resnet_model *m) {
 }
 
 static tfb_status build_layout(resnet_model *m) {
-    rn_layout lo = {.T = m->T};
+    int nhwc = m->layout == TFB_NHWC;
+    rn_layout lo = {.T = m->T, .nhwc = nhwc};
     for (int s = 0; s < m->wc.slots; s++) {
-        lo = (rn_layout){.T = m->T};
+        lo = (rn_layout){.T = m->T, .nhwc = nhwc};
         build(m, &m->net[s], &lo);
     }
     tfb_param_info *table = calloc((size_t)lo.count + 1, sizeof *table);
     TFB_CHECK_ALLOC(table);
-    lo = (rn_layout){.T = m->T, .table = table};
+    lo = (rn_layout){.T = m->T, .nhwc = nhwc, .table = table};
     build(m, &m->net[0], &lo);
     m->wl.params = table;
     m->wl.n_params = lo.count;
@@ -1031,6 +1071,7 @@ tfb_status resnet_create(const resnet_config *c, const tfb_workload_config *wc, 
     if (m->wc.pp_size < 1) m->wc.pp_size = 1;
     m->T = wc->tp ? wc->tp->size : 1;
     m->t = wc->tp ? wc->tp->rank : 0;
+    m->layout = wc->layout;
     m->wl.gemm_type = wc->gemm_type;
     m->n_blocks = count_blocks(c);
     m->n_units = m->n_blocks + 2;

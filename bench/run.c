@@ -298,6 +298,7 @@ static tfb_status run_job(run_ctx *r) {
     if (r->o.threads) threads = r->o.threads;
     TFB_TRY(open_backend(r, threads));
     tfb_log_device = r->be->name;
+    tfb_options_resolve_backend(&r->o, r->be->name);
     if (tfb_watchdog_start(r->world->rank, r->o.timeout) != 0) return TFB_ERR_NOMEM;
     time_t now = time(NULL);
     strftime(r->started_at, sizeof r->started_at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));

@@ -488,6 +488,7 @@ static tfb_status dump_one(train_ctx *t, const tfb_param_info *p, const float *l
     TFB_CHECK(tp->allgather(tp, local, gathered, p->numel, TFB_COMM_F32));
     for (int r = 0; r < tp->size; r++) tfb_shard_insert(p, r, gathered + (size_t)r * p->numel, full);
     if (t->lay.dp_rank != 0 || tp->rank != 0 || p->tied_copy) return TFB_OK;
+    TFB_CHECK(tfb_param_reorder(p, full, 0)); /* dumps hold the canonical order whatever the layout */
     char path[8192];
     snprintf(path, sizeof path, "%s/%s.%s.npy", t->env->o->dump, prefix, p->name);
     return tfb_npy_write_f32(path, full, p->full_rows, p->full_cols);
@@ -736,6 +737,7 @@ static void fill_results(train_ctx *t) {
     snprintf(c->shape, sizeof c->shape, "%s", t->wl->shape);
     c->image_size = t->env->o->resnet ? t->env->o->image_size : 0;
     c->sync_bn = t->env->o->sync_bn;
+    c->conv_layout = t->env->o->act_layout == TFB_NHWC ? "nhwc" : "nchw";
     free(c->conv_algorithms);
     c->conv_algorithms = conv_algorithms_text(t->env->be);
     c->params = t->wl->model_params;

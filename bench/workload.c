@@ -47,6 +47,24 @@ void tfb_shard_insert(const tfb_param_info *p, int tp_rank, const float *local, 
     }
 }
 
+tfb_status tfb_param_reorder(const tfb_param_info *p, float *full, int to_stored) {
+    if (p->taps <= 1) return TFB_OK;
+    int taps = p->taps, chans = p->full_cols / taps;
+    float *row = malloc((size_t)p->full_cols * sizeof *row);
+    TFB_CHECK_ALLOC(row);
+    for (int r = 0; r < p->full_rows; r++) {
+        float *x = full + (size_t)r * p->full_cols;
+        memcpy(row, x, (size_t)p->full_cols * sizeof *row);
+        for (int ch = 0; ch < chans; ch++)
+            for (int t = 0; t < taps; t++) {
+                if (to_stored) x[t * chans + ch] = row[ch * taps + t];
+                else x[ch * taps + t] = row[t * chans + ch];
+            }
+    }
+    free(row);
+    return TFB_OK;
+}
+
 tfb_status tfb_workload_init_params(tfb_workload *wl, tfb_backend *be, tfb_param_init_fn init, const void *ctx) {
     size_t biggest = 0;
     for (int i = 0; i < wl->n_params; i++) {
@@ -57,7 +75,8 @@ tfb_status tfb_workload_init_params(tfb_workload *wl, tfb_backend *be, tfb_param
     tfb_status st = host && full ? TFB_OK : TFB_ERR_NOMEM;
     for (int i = 0; i < wl->n_params && st == TFB_OK; i++) {
         init(full, &wl->params[i], ctx);
-        tfb_shard_extract(&wl->params[i], wl->tp_rank, full, host + wl->params[i].offset);
+        st = tfb_param_reorder(&wl->params[i], full, 1);
+        if (st == TFB_OK) tfb_shard_extract(&wl->params[i], wl->tp_rank, full, host + wl->params[i].offset);
     }
     if (st == TFB_OK) st = be->copy_h2d(be->ctx, wl->param_pool, host, wl->numel * sizeof(float));
     free(host);

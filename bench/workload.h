@@ -29,6 +29,8 @@ typedef struct {
     int blocks;         /* ROWS: the full rows are `blocks` equal blocks, each split over the group (QKV: 3);
                            rows beyond full_rows (vocabulary padding) are zero */
     int tied_copy;      /* a stage-local copy of a parameter another stage owns (BERT's decoder weight) */
+    int taps;           /* > 1: each row, (cols / taps, taps) in the canonical order dumps and initialisation use,
+                           is stored (taps, cols / taps): NHWC convolution filters, (k, r, s, c) for (k, c, r, s) */
 } tfb_param_info;
 
 /* Called during backward: every gradient at pool offset >= `watermark` is complete. */
@@ -67,6 +69,7 @@ typedef struct {
     int fixed_batch;         /* every step reuses step 0's batch */
     int image_size;          /* ResNet: input height and width */
     int sync_bn;             /* ResNet: batch-norm statistics over the whole data-parallel group */
+    tfb_layout layout;       /* ResNet: activations NCHW or NHWC (channels last) */
     int dp_size;             /* replicas in the data-parallel group */
     tfb_group_sum_fn group_sum;
     void *group_sum_ctx;
@@ -132,11 +135,14 @@ struct tfb_workload {
     void (*destroy)(void *self);
 };
 
-/* workload.c: every parameter's whole tensor initialised on the host by `init`, this rank's shard kept, then
- * uploaded to the parameter pool in one copy. */
+/* workload.c: every parameter's whole tensor initialised on the host by `init` (in the canonical order), put in
+ * its stored order, this rank's shard kept, then uploaded to the parameter pool in one copy. */
 tfb_status tfb_workload_init_params(tfb_workload *wl, tfb_backend *be, tfb_param_init_fn init, const void *ctx);
 /* The 16-bit weight copies (lowp_pool) refreshed from the FP32 masters; nothing in FP32. */
 tfb_status tfb_workload_refresh_lowp(const tfb_workload *wl, tfb_backend *be);
+/* The whole tensor full (full_rows x full_cols) from the canonical order to the stored one (to_stored = 1) or
+ * back, in place (p->taps); nothing for other parameters. */
+tfb_status tfb_param_reorder(const tfb_param_info *p, float *full, int to_stored);
 /* local (p->numel) = shard tp_rank of full (full_rows x full_cols); padding rows zero. */
 void tfb_shard_extract(const tfb_param_info *p, int tp_rank, const float *full, float *local);
 /* The inverse: shard tp_rank's elements written into full (padding dropped). */

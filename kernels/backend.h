@@ -38,13 +38,14 @@ typedef struct {
     int tf32;               /* FP32 inputs only: 1 rounds them to TF32 (10-bit mantissa) as tensor cores do */
 } tfb_gemm_desc;
 
-/* A 2-D convolution without bias: x (n, c, h, w), filters (k, c, r, s), y (n, k, p, q) in `layout` order. */
+/* A 2-D convolution without bias: x (n, c, h, w), filters (k, c, r, s), y (n, k, p, q) in NCHW; in NHWC
+ * (channels last) x (n, h, w, c), filters (k, r, s, c), y (n, p, q, k). */
 typedef struct {
     int n, c, h, w;
     int k, r, s;
     int stride, pad;
     int p, q;               /* output size: (h + 2 pad - r) / stride + 1, likewise q */
-    tfb_layout layout;      /* the CPU backend runs NCHW; a GPU backend may ask for NHWC (16-bit tensor cores) */
+    tfb_layout layout;      /* NHWC lets 16-bit convolutions run on tensor cores without transposes */
     tfb_dtype in_type;      /* type of x, filters and dy; y, dx and dw are FP32 */
     int tf32;               /* as in tfb_gemm_desc */
 } tfb_conv_desc;
@@ -180,7 +181,8 @@ struct tfb_backend {
     tfb_status (*sgd_pool)(void *ctx, float *w, const float *g, float *buf, size_t n, const uint64_t *runs,
                            int n_runs, const tfb_sgd_hparams *hp);
 
-    /* ---- convolutional networks (activations (n, c, h, w) in NCHW on the CPU) ---- */
+    /* ---- convolutional networks: activations (n, c, h, w) in NCHW, (n, h, w, c) in NHWC. The batch-norm ops
+     * describe NCHW; an NHWC tensor is (n*h*w, c, 1) to them (a backend may pick other kernels for hw == 1). ---- */
     tfb_status (*conv_fwd)(void *ctx, const tfb_conv_desc *d, float *y, const void *x, const void *w);
     /* dx (n, c, h, w) = gradient of the input (overwrites) */
     tfb_status (*conv_bwd_data)(void *ctx, const tfb_conv_desc *d, float *dx, const void *dy, const void *w);
@@ -208,15 +210,17 @@ struct tfb_backend {
     /* running = (1 - momentum) running + momentum batch, the variance unbiased with count (c) */
     tfb_status (*bn_running_update)(void *ctx, float *run_mean, float *run_var, const float *mean, const float *var,
                                     int c, float momentum, double count);
-    /* max pool of x (n, c, h, w) into y (n, c, p, q), window r x r, stride, pad; argmax (n, c, p, q) saved */
+    /* max pool of x (n, c, h, w) into y (n, c, p, q) (both in `layout` order), window r x r, stride, pad; argmax
+     * (like y) saved: the index within the image plane, ih * w + iw */
     tfb_status (*maxpool_fwd)(void *ctx, float *y, int *argmax, const float *x, int n, int c, int h, int w, int r,
-                              int stride, int pad, int p, int q);
+                              int stride, int pad, int p, int q, tfb_layout layout);
     /* dx (n, c, h, w) = scatter of dy through argmax (overwrites) */
-    tfb_status (*maxpool_bwd)(void *ctx, float *dx, const float *dy, const int *argmax, int n, int c, int hw, int pq);
-    /* y (n, c) = mean of x (n, c, hw) */
-    tfb_status (*avgpool_fwd)(void *ctx, float *y, const float *x, int n, int c, int hw);
-    /* dx (n, c, hw) = dy (n, c) / hw */
-    tfb_status (*avgpool_bwd)(void *ctx, float *dx, const float *dy, int n, int c, int hw);
+    tfb_status (*maxpool_bwd)(void *ctx, float *dx, const float *dy, const int *argmax, int n, int c, int hw, int pq,
+                              tfb_layout layout);
+    /* y (n, c) = mean of x (n, c, hw) (NHWC: (n, hw, c)) over hw */
+    tfb_status (*avgpool_fwd)(void *ctx, float *y, const float *x, int n, int c, int hw, tfb_layout layout);
+    /* dx (n, c, hw) (NHWC: (n, hw, c)) = dy (n, c) / hw */
+    tfb_status (*avgpool_bwd)(void *ctx, float *dx, const float *dy, int n, int c, int hw, tfb_layout layout);
 
     /* ---- tensor-parallel shards (the caller combines ranks with all-reduces between the passes) ---- */
     /* as embedding_fwd for a table holding rows [row0, row0 + rows) of the full one; other ids give zero rows */

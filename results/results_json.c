@@ -97,6 +97,7 @@ static cJSON *config_json(const tfb_run_record *r) {
     if (r->image_size) {
         cJSON_AddNumberToObject(c, "image_size", r->image_size);
         cJSON_AddBoolToObject(c, "sync_bn", r->sync_bn);
+        if (r->conv_layout) cJSON_AddStringToObject(c, "conv_layout", r->conv_layout);
     } else {
         cJSON_AddNumberToObject(c, "seq_len", r->seq_len);
         cJSON_AddNumberToObject(c, "masked_per_sequence", r->masked);

@@ -2,12 +2,13 @@
 # The CUDA backend's checks on a machine with a GPU (`make gpu-check`), in one call of about five minutes:
 #   1. builds for this GPU's architecture (CUDA_ARCHS, default the compute capability nvidia-smi reports);
 #   2. build/tests/gpu_check: every op against the CPU backend on fresh random inputs, outputs poisoned first;
-#   3. whole training steps: bert-tiny and resnet-tiny, 10 steps on the GPU and on the CPU backend from the same
-#      seed, the per-step losses compared (FP32 1e-5, TF32 5e-3, FP16/BF16 2e-2 relative); with two or more GPUs
+#   3. whole training steps: bert-tiny and resnet-tiny (NCHW and NHWC, the same layout on both sides), 10 steps
+#      on the GPU and on the CPU backend from the same seed, the per-step losses compared (FP32 1e-5, TF32 5e-3,
+#      FP16/BF16 2e-2 relative); with two or more GPUs
 #      also bert-tiny tensor and pipeline parallel on two ranks against the CPU backend on two ranks, and
 #      `tfbench links --device cuda` on two ranks (NCCL collectives on GPU buffers, every result checked);
 #   4. a short benchmark on one GPU: bert-large (batch 32, sequence 128) and resnet50 (batch 256) in FP32, TF32 and
-#      FP16, samples/s and MFU, and the allocator's measured peak beside the planned memory (what `tfbench
+#      FP16 (resnet50's FP16 in NHWC, the default on a GPU, and in NCHW beside it), samples/s and MFU, and the allocator's measured peak beside the planned memory (what `tfbench
 #      estimate` predicts): the peak must lie between the plan and the plan plus the 1 GiB the estimate reserves
 #      for cuDNN workspaces and staging, with the median forward, backward and optimizer phases (where a slow step's
 #      time went). When python3 has PyTorch with CUDA, the same step in PyTorch beside it
@@ -91,12 +92,16 @@ steps_rows=()
 status=0
 for layout in "${layouts[@]}"; do
   ranks=${layout% *} par=${layout#* }
-  for model in bert-tiny resnet-tiny; do
-    [ "$par" != data ] && [ $model = resnet-tiny ] && continue
+  for model in bert-tiny resnet-tiny:nchw resnet-tiny:nhwc; do # MODEL[:conv layout]
+    name=${model%%:*} extra=()
+    [ "$model" != "$name" ] && extra=(--conv-layout "${model#*:}")
+    [ "$par" != data ] && [ "$name" = resnet-tiny ] && continue
     for prec in fp32 tf32 fp16 bf16; do
-        base="$out/steps-$model-$prec-$par$ranks"
-        RANKS=$ranks run "$dev" "$model" "$prec" 10 0 "$base-cuda.json" --peak-tflops 1 --parallel "$par"; rc_gpu=$?
-        RANKS=$ranks run cpu "$model" "$prec" 10 0 "$base-cpu.json" --peak-tflops 1 --parallel "$par"; rc_cpu=$?
+        base="$out/steps-${model/:/-}-$prec-$par$ranks"
+        RANKS=$ranks run "$dev" "$name" "$prec" 10 0 "$base-cuda.json" --peak-tflops 1 --parallel "$par" "${extra[@]}"
+        rc_gpu=$?
+        RANKS=$ranks run cpu "$name" "$prec" 10 0 "$base-cpu.json" --peak-tflops 1 --parallel "$par" "${extra[@]}"
+        rc_cpu=$?
         row=$(python3 - "$base-cpu.json" "$base-cuda.json" "$prec" "$rc_cpu" "$rc_gpu" <<'EOF'
 import json, math, sys
 cpu, gpu, prec, rc_cpu, rc_gpu = sys.argv[1:]
@@ -157,11 +162,15 @@ goal_shape() {
 bench_rows=()
 for model in ${GPU_CHECK_BENCH:-bert-large resnet50}; do
     goal_shape "$model"
-    for prec in fp32 tf32 fp16; do
-        json="$out/bench-$model-$prec.json"
+    variants="fp32 tf32 fp16"
+    case $model in resnet*) variants="$variants fp16:nchw" ;; esac # FP16 runs NHWC on a GPU; NCHW for comparison
+    for variant in $variants; do
+        prec=${variant%%:*} extra=()
+        [ "$variant" != "$prec" ] && extra=(--conv-layout "${variant#*:}")
+        json="$out/bench-$model-${variant/:/-}.json"
         # shellcheck disable=SC2086
-        if run "$dev" "$model" "$prec" 20 5 "$json" --parallel data $shape; then
-            bench_rows+=("| $model | $prec | $(python3 -c "
+        if run "$dev" "$model" "$prec" 20 5 "$json" --parallel data $shape "${extra[@]}"; then
+            bench_rows+=("| $model | $variant | $(python3 -c "
 import json, sys
 c = json.load(open(sys.argv[1]))['configurations'][0]
 s = c['summary']
@@ -178,7 +187,7 @@ print(f\"{g['global_batch']} | {ours:.1f} | {100 * s['mfu']:.1f}% | {vs} | \"
                 "$json" "$(torch_rate "$model" "$batch" "$size" "$prec")") |")
             case ${bench_rows[-1]} in *FAIL*) status=1 ;; esac
         else
-            bench_rows+=("| $model | $prec | - | failed: $(tail -1 "${json%.json}.log") | | | | | | |")
+            bench_rows+=("| $model | $variant | - | failed: $(tail -1 "${json%.json}.log") | | | | | | |")
             status=1
         fi
     done
@@ -202,7 +211,7 @@ echo "gpu-check: $(grep -o '[0-9]* of [0-9]* checks passed' "$out/ops.txt")"
 grep FAIL "$out/ops.txt"
 echo "| model, layout | prec | last loss cpu vs gpu | max rel diff | tol | |"
 printf '%s\n' "${steps_rows[@]}"
-echo "| model | prec | batch | samples/s | MFU | PyTorch samples/s | tfbench / PyTorch | fwd / bwd / opt ms | GiB peak / planned | peak TFLOP/s from |"
+echo "| model | prec[:layout] | batch | samples/s | MFU | PyTorch samples/s | tfbench / PyTorch | fwd / bwd / opt ms | GiB peak / planned | peak TFLOP/s from |"
 printf '%s\n' "${bench_rows[@]}"
 [ -n "$links_row" ] && echo "$links_row"
 [ ${#profiles[@]} -gt 0 ] && printf '%s\n' "${profiles[@]}"

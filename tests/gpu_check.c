@@ -165,9 +165,10 @@ static void check_gemm(int ta, int tb, int batch, tfb_dtype t, int tf32) {
     release(&a); release(&bb); release(&c);
 }
 
-static void check_conv(int r, int stride, int pad, tfb_dtype t, int tf32) {
+static void check_conv(int r, int stride, int pad, tfb_dtype t, int tf32, tfb_layout layout) {
     tfb_conv_desc d = {.n = 3, .c = 8, .h = 13, .w = 13, .k = 12, .r = r, .s = r, .stride = stride, .pad = pad,
-                       .layout = TFB_NCHW, .in_type = t, .tf32 = tf32};
+                       .layout = layout, .in_type = t, .tf32 = tf32};
+    const char *lay = layout == TFB_NHWC ? " nhwc" : "";
     d.p = (d.h + 2 * pad - r) / stride + 1;
     d.q = d.p;
     size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.k * d.c * r * r, ny = (size_t)d.n * d.k * d.p * d.q;
@@ -175,13 +176,13 @@ static void check_conv(int r, int stride, int pad, tfb_dtype t, int tf32) {
     pair y = poisoned(ny), dx = poisoned(nx), dw = rand_f32(nw, -1, 1);
     char name[40];
     BOTH(be->conv_fwd(be->ctx, &d, F(y), V(x), V(w)));
-    snprintf(name, sizeof name, "conv_fwd %dx%d/%d", r, r, stride);
+    snprintf(name, sizeof name, "conv_fwd %dx%d/%d%s", r, r, stride, lay);
     verdict(name, prec_name(t, tf32), prec_tol(t, tf32), &y, 1);
     BOTH(be->conv_bwd_data(be->ctx, &d, F(dx), V(dy), V(w)));
-    snprintf(name, sizeof name, "conv_bwd_data %dx%d/%d", r, r, stride);
+    snprintf(name, sizeof name, "conv_bwd_data %dx%d/%d%s", r, r, stride, lay);
     verdict(name, prec_name(t, tf32), prec_tol(t, tf32), &dx, 1);
     BOTH(be->conv_bwd_filter(be->ctx, &d, F(dw), V(x), V(dy)));
-    snprintf(name, sizeof name, "conv_bwd_filter %dx%d/%d", r, r, stride);
+    snprintf(name, sizeof name, "conv_bwd_filter %dx%d/%d%s", r, r, stride, lay);
     verdict(name, prec_name(t, tf32), prec_tol(t, tf32), &dw, 1);
     release(&x); release(&w); release(&dy); release(&y); release(&dx); release(&dw);
 }
@@ -474,21 +475,29 @@ static void check_batchnorm(void) {
     check_batchnorm_shape(6, 16, 49, "");
     check_batchnorm_shape(10, 100, 7, " c100");
     check_batchnorm_shape(3, 640, 5, " c640");
+    /* NHWC tensors as (rows, c, 1): the CUDA column kernels, with a partial channel block (100) and few splits */
+    check_batchnorm_shape(2000, 64, 1, " nhwc c64");
+    check_batchnorm_shape(777, 100, 1, " nhwc c100");
+    check_batchnorm_shape(300, 2048, 1, " nhwc c2048");
 }
 
-static void check_pooling(void) {
-    int n = 2, c = 4, h = 41, w = 41, r = 3, stride = 2, pad = 1, p = (h + 2 * pad - r) / stride + 1; /* 21 x 21 */
+static void check_pooling(int c, tfb_layout layout) {
+    int n = 2, h = 41, w = 41, r = 3, stride = 2, pad = 1, p = (h + 2 * pad - r) / stride + 1; /* 21 x 21 */
     size_t nx = (size_t)n * c * h * w, ny = (size_t)n * c * p * p;
+    const char *lay = layout == TFB_NHWC ? " nhwc" : "";
+    char name[40];
+#define POOL_ROW(op) (snprintf(name, sizeof name, "%s%s", op, lay), name)
     pair x = rand_f32(nx, -1, 1), y = poisoned(ny), arg = poisoned(ny), dy = rand_f32(ny, -1, 1), dx = poisoned(nx);
-    BOTH(be->maxpool_fwd(be->ctx, F(y), I(arg), F(x), n, c, h, w, r, stride, pad, p, p));
-    verdict("maxpool_fwd", "fp32", TOL_FP32, &y, 1);
-    BOTH(be->maxpool_bwd(be->ctx, F(dx), F(dy), I(arg), n, c, h * w, p * p));
-    verdict("maxpool_bwd", "fp32", TOL_FP32, &dx, 1);
+    BOTH(be->maxpool_fwd(be->ctx, F(y), I(arg), F(x), n, c, h, w, r, stride, pad, p, p, layout));
+    verdict(POOL_ROW("maxpool_fwd"), "fp32", TOL_FP32, &y, 1);
+    BOTH(be->maxpool_bwd(be->ctx, F(dx), F(dy), I(arg), n, c, h * w, p * p, layout));
+    verdict(POOL_ROW("maxpool_bwd"), "fp32", TOL_FP32, &dx, 1);
     pair ay = poisoned((size_t)n * c), adx = poisoned(nx);
-    BOTH(be->avgpool_fwd(be->ctx, F(ay), F(x), n, c, h * w));
-    verdict("avgpool_fwd", "fp32", TOL_FP32, &ay, 1);
-    BOTH(be->avgpool_bwd(be->ctx, F(adx), F(ay), n, c, h * w));
-    verdict("avgpool_bwd", "fp32", TOL_FP32, &adx, 1);
+    BOTH(be->avgpool_fwd(be->ctx, F(ay), F(x), n, c, h * w, layout));
+    verdict(POOL_ROW("avgpool_fwd"), "fp32", TOL_FP32, &ay, 1);
+    BOTH(be->avgpool_bwd(be->ctx, F(adx), F(ay), n, c, h * w, layout));
+    verdict(POOL_ROW("avgpool_bwd"), "fp32", TOL_FP32, &adx, 1);
+#undef POOL_ROW
     release(&x); release(&y); release(&arg); release(&dy); release(&dx); release(&ay); release(&adx);
 }
 
@@ -500,9 +509,12 @@ static void gc_run_all(void) {
         check_gemm(1, 0, 1, types[i], tf32);
         check_gemm(0, 1, 3, types[i], tf32);
         check_gemm(1, 1, 2, types[i], tf32);
-        check_conv(3, 1, 1, types[i], tf32);
-        check_conv(1, 2, 0, types[i], tf32);
-        check_conv(7, 2, 3, types[i], tf32);
+        for (int l = 0; l < 2; l++) {
+            tfb_layout layout = l ? TFB_NHWC : TFB_NCHW;
+            check_conv(3, 1, 1, types[i], tf32, layout);
+            check_conv(1, 2, 0, types[i], tf32, layout);
+            check_conv(7, 2, 3, types[i], tf32, layout);
+        }
     }
     check_embedding();
     check_layernorm();
@@ -521,7 +533,8 @@ static void gc_run_all(void) {
     check_finite();
     check_marks();
     check_batchnorm();
-    check_pooling();
+    check_pooling(4, TFB_NCHW);
+    check_pooling(40, TFB_NHWC); /* 40 channels: warps span images' pixels */
 }
 
 static void usage_exit(void) {

@@ -2,7 +2,9 @@
  * L = sum(out * R) (FP32, h = 1e-2, relative L2 error < 5e-3, as test_ops.c): convolution input and filter
  * gradients over several kernel sizes, strides, paddings and odd image sizes, and its forward against a direct
  * loop (also with FP16 inputs); training-mode batch norm (input, gamma, beta); max pool 3x3/2; global average pool;
- * ReLU; SGD with momentum against its closed form; running statistics against their definition.
+ * ReLU; SGD with momentum against its closed form; running statistics against their definition. The NHWC
+ * (channels-last) convolutions and pools against the NCHW ones on the same numbers reordered, and batch norm over
+ * an NHWC tensor viewed as (n*h*w, c, 1) against the NCHW call.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -138,12 +140,12 @@ static void test_bn_moments_merge(int R) {
 typedef struct { int n, c, h, w, p, q; float *x, *y, *r; int *arg; } pool_case;
 static double maxpool_loss(void *p) {
     pool_case *c = p;
-    be->maxpool_fwd(be->ctx, c->y, c->arg, c->x, c->n, c->c, c->h, c->w, 3, 2, 1, c->p, c->q);
+    be->maxpool_fwd(be->ctx, c->y, c->arg, c->x, c->n, c->c, c->h, c->w, 3, 2, 1, c->p, c->q, TFB_NCHW);
     return dot(c->y, c->r, (size_t)c->n * c->c * c->p * c->q);
 }
 static double avgpool_loss(void *p) {
     pool_case *c = p;
-    be->avgpool_fwd(be->ctx, c->y, c->x, c->n, c->c, c->h * c->w);
+    be->avgpool_fwd(be->ctx, c->y, c->x, c->n, c->c, c->h * c->w, TFB_NCHW);
     return dot(c->y, c->r, (size_t)c->n * c->c);
 }
 static void test_pools(void) {
@@ -157,12 +159,119 @@ static void test_pools(void) {
         float t = c.x[i]; c.x[i] = c.x[j]; c.x[j] = t;
     }
     maxpool_loss(&c);
-    be->maxpool_bwd(be->ctx, dx, c.r, c.arg, c.n, c.c, 72, 20);
+    be->maxpool_bwd(be->ctx, dx, c.r, c.arg, c.n, c.c, 72, 20, TFB_NCHW);
     double e = fd_error(c.x, nx, dx, maxpool_loss, &c);
     EXPECT("maxpool_3x3_s2_p1_odd_vs_fd", e < FD_TOL, "rel err %g", e);
-    be->avgpool_bwd(be->ctx, dx, c.r, c.n, c.c, 72);
+    be->avgpool_bwd(be->ctx, dx, c.r, c.n, c.c, 72, TFB_NCHW);
     e = fd_error(c.x, nx, dx, avgpool_loss, &c);
     EXPECT("global_avgpool_vs_fd", e < FD_TOL, "rel err %g", e);
+}
+
+/* ---- NHWC against NCHW on the same numbers ---- */
+
+/* (n, c, hw) -> (n, hw, c) when to_nhwc, else back; a new array. Filters (k, c, rs) reorder the same way. */
+static float *reorder(const float *x, int n, int c, int hw, int to_nhwc) {
+    float *y = malloc((size_t)n * c * hw * sizeof *y);
+    for (int i = 0; i < n; i++)
+        for (int ch = 0; ch < c; ch++)
+            for (int j = 0; j < hw; j++) {
+                size_t a = ((size_t)i * c + ch) * hw + j, b = ((size_t)i * hw + j) * c + ch;
+                if (to_nhwc) y[b] = x[a];
+                else y[a] = x[b];
+            }
+    return y;
+}
+
+/* Largest |a - b| over the largest |a|. */
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double d = 0, m = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs((double)a[i]));
+    }
+    return d / m;
+}
+
+/* The three NHWC convolution passes (FP32, or 16-bit inputs) against NCHW on reordered copies of one draw. */
+static void conv_nhwc_test(int n, int ch, int h, int k, int r, int stride, int pad, tfb_dtype t) {
+    int p = (h + 2 * pad - r) / stride + 1, hw = h * h, pq = p * p, rs = r * r;
+    tfb_conv_desc d = {.n = n, .c = ch, .h = h, .w = h, .k = k, .r = r, .s = r, .stride = stride, .pad = pad, .p = p,
+                       .q = p, .layout = TFB_NCHW, .in_type = TFB_F32};
+    size_t nx = (size_t)n * ch * hw, nw = (size_t)k * ch * rs, ny = (size_t)n * k * pq;
+    float *x = rand_vec(nx), *w = rand_vec(nw), *dy = rand_vec(ny), *in[3] = {x, w, dy};
+    size_t sizes[3] = {nx, nw, ny};
+    for (int i = 0; i < 3 && t != TFB_F32; i++) { /* both layouts see the same rounded inputs */
+        uint16_t *b = malloc(sizes[i] * 2);
+        be->cast(be->ctx, b, t, in[i], TFB_F32, sizes[i]);
+        be->cast(be->ctx, in[i], TFB_F32, b, t, sizes[i]);
+        free(b);
+    }
+    float *y = malloc(ny * 4), *dx = malloc(nx * 4), *dw = calloc(nw, 4);
+    be->conv_fwd(be->ctx, &d, y, x, w);
+    be->conv_bwd_data(be->ctx, &d, dx, dy, w);
+    be->conv_bwd_filter(be->ctx, &d, dw, x, dy);
+    float *xl = reorder(x, n, ch, hw, 1), *wl = reorder(w, k, ch, rs, 1), *dyl = reorder(dy, n, k, pq, 1);
+    float *yl = malloc(ny * 4), *dxl = malloc(nx * 4), *dwl = calloc(nw, 4);
+    d.layout = TFB_NHWC;
+    be->conv_fwd(be->ctx, &d, yl, xl, wl);
+    be->conv_bwd_data(be->ctx, &d, dxl, dyl, wl);
+    be->conv_bwd_filter(be->ctx, &d, dwl, xl, dyl);
+    float *yb = reorder(yl, n, k, pq, 0), *dxb = reorder(dxl, n, ch, hw, 0), *dwb = reorder(dwl, k, ch, rs, 0);
+    double ey = rel_diff(y, yb, ny), ex = rel_diff(dx, dxb, nx), ew = rel_diff(dw, dwb, nw);
+    char name[96];
+    snprintf(name, sizeof name, "conv_nhwc_k%d_s%d_p%d_%dx%d_%s_equals_nchw", r, stride, pad, h, h,
+             t == TFB_F32 ? "fp32" : "fp16");
+    EXPECT(name, ey < 1e-5 && ex < 1e-5 && ew < 1e-5, "fwd %g dx %g dw %g", ey, ex, ew);
+    float *all[] = {x, w, dy, y, dx, dw, xl, wl, dyl, yl, dxl, dwl, yb, dxb, dwb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+static void pools_nhwc_test(void) {
+    enum { N = 2, C = 5, H = 9, W = 8, P = 5, Q = 4, HW = H * W, PQ = P * Q };
+    float *x = rand_vec(N * C * HW), *dy = rand_vec(N * C * PQ), y[N * C * PQ], dx[N * C * HW], ay[N * C];
+    float ydx[N * C * HW], yl[N * C * PQ], dxl[N * C * HW], ayl[N * C], adxl[N * C * HW];
+    int arg[N * C * PQ], argl[N * C * PQ];
+    be->maxpool_fwd(be->ctx, y, arg, x, N, C, H, W, 3, 2, 1, P, Q, TFB_NCHW);
+    be->maxpool_bwd(be->ctx, dx, dy, arg, N, C, HW, PQ, TFB_NCHW);
+    be->avgpool_fwd(be->ctx, ay, x, N, C, HW, TFB_NCHW);
+    be->avgpool_bwd(be->ctx, ydx, ay, N, C, HW, TFB_NCHW);
+    float *xl = reorder(x, N, C, HW, 1), *dyl = reorder(dy, N, C, PQ, 1);
+    be->maxpool_fwd(be->ctx, yl, argl, xl, N, C, H, W, 3, 2, 1, P, Q, TFB_NHWC);
+    be->maxpool_bwd(be->ctx, dxl, dyl, argl, N, C, HW, PQ, TFB_NHWC);
+    be->avgpool_fwd(be->ctx, ayl, xl, N, C, HW, TFB_NHWC);
+    be->avgpool_bwd(be->ctx, adxl, ayl, N, C, HW, TFB_NHWC);
+    float *yb = reorder(yl, N, C, PQ, 0), *dxb = reorder(dxl, N, C, HW, 0), *adxb = reorder(adxl, N, C, HW, 0);
+    int same_arg = 1;
+    for (int i = 0; i < N; i++)
+        for (int ch = 0; ch < C; ch++)
+            for (int o = 0; o < PQ; o++) same_arg &= arg[(i * C + ch) * PQ + o] == argl[(i * PQ + o) * C + ch];
+    double e1 = rel_diff(y, yb, N * C * PQ), e2 = rel_diff(dx, dxb, N * C * HW);
+    EXPECT("maxpool_nhwc_equals_nchw", same_arg && e1 == 0 && e2 < 1e-6, "argmax same %d fwd %g bwd %g", same_arg, e1, e2);
+    double e3 = rel_diff(ay, ayl, N * C), e4 = rel_diff(ydx, adxb, N * C * HW);
+    EXPECT("avgpool_nhwc_equals_nchw", e3 < 1e-6 && e4 < 1e-6, "fwd %g bwd %g", e3, e4);
+    free(x); free(dy); free(xl); free(dyl); free(yb); free(dxb); free(adxb);
+}
+
+/* Batch norm on an NHWC tensor as (n*hw, c, 1), against the NCHW call on the same numbers. */
+static void bn_nhwc_test(void) {
+    enum { N = 3, C = 6, HW = 10, E = N * C * HW };
+    float *x = rand_vec(E), *dy = rand_vec(E), *g = rand_vec(C), *b = rand_vec(C);
+    float m[2][C], v[2][C], y[E], dx[E], sdy[2][C], sdx[2][C], dg[2][C] = {{0}}, db[2][C] = {{0}}, yl[E], dxl[E];
+    be->bn_moments(be->ctx, m[0], v[0], x, N, C, HW);
+    be->bn_apply(be->ctx, y, x, m[0], v[0], g, b, N, C, HW, 1e-5f);
+    be->bn_bwd_reduce(be->ctx, sdy[0], sdx[0], dg[0], db[0], dy, x, m[0], v[0], N, C, HW, 1e-5f);
+    be->bn_bwd_apply(be->ctx, dx, dy, x, m[0], v[0], g, sdy[0], sdx[0], N * HW, N, C, HW, 1e-5f);
+    float *xl = reorder(x, N, C, HW, 1), *dyl = reorder(dy, N, C, HW, 1);
+    be->bn_moments(be->ctx, m[1], v[1], xl, N * HW, C, 1);
+    be->bn_apply(be->ctx, yl, xl, m[1], v[1], g, b, N * HW, C, 1, 1e-5f);
+    be->bn_bwd_reduce(be->ctx, sdy[1], sdx[1], dg[1], db[1], dyl, xl, m[1], v[1], N * HW, C, 1, 1e-5f);
+    be->bn_bwd_apply(be->ctx, dxl, dyl, xl, m[1], v[1], g, sdy[1], sdx[1], N * HW, N * HW, C, 1, 1e-5f);
+    float *yb = reorder(yl, N, C, HW, 0), *dxb = reorder(dxl, N, C, HW, 0);
+    double e = fmax(rel_diff(m[0], m[1], C), rel_diff(v[0], v[1], C));
+    e = fmax(e, fmax(rel_diff(y, yb, E), rel_diff(dx, dxb, E)));
+    e = fmax(e, fmax(rel_diff(dg[0], dg[1], C), rel_diff(db[0], db[1], C)));
+    EXPECT("batchnorm_nhwc_as_rows_equals_nchw", e < 1e-5, "max rel diff %g", e);
+    free(x); free(dy); free(g); free(b); free(xl); free(dyl); free(yb); free(dxb);
 }
 
 static void test_relu_sgd(void) {
@@ -188,6 +297,16 @@ int main(void) {
     conv_test(2, 4, 7, 7, 3, 1, 2, 0);
     conv_test(1, 3, 6, 8, 2, 2, 2, 0);
     conv_fp16_test();
+    conv_nhwc_test(2, 3, 7, 4, 3, 1, 1, TFB_F32);
+    conv_nhwc_test(2, 5, 9, 6, 3, 2, 1, TFB_F32);
+    conv_nhwc_test(1, 3, 11, 4, 7, 2, 3, TFB_F32);
+    conv_nhwc_test(3, 4, 5, 6, 1, 1, 0, TFB_F32);
+    conv_nhwc_test(2, 4, 7, 3, 1, 2, 0, TFB_F32);
+    conv_nhwc_test(2, 3, 6, 5, 2, 2, 0, TFB_F32);
+    conv_nhwc_test(40, 3, 9, 4, 3, 1, 1, TFB_F32); /* several GEMM groups of images */
+    conv_nhwc_test(2, 3, 7, 4, 3, 2, 1, TFB_F16);
+    pools_nhwc_test();
+    bn_nhwc_test();
     test_batchnorm();
     test_bn_moments_merge(2);
     test_bn_moments_merge(3);

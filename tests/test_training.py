@@ -137,6 +137,9 @@ def test_resnet():
         p, r = tfbench(RESNET + ["--batch", "4", "--steps", "20", "--lr", "0.02", "--precision", prec], name="rn" + prec)
         e = max_rel(losses(r), losses(r32)) if r and r32 else float("inf")
         check(f"resnet_{prec}_loss_within_{tol[prec]}_of_fp32_over_20_steps", 0 < e < tol[prec], f"max rel diff {e:.3g} {p.stderr[-200:]}")
+        if r:  # --conv-layout auto: NHWC only for 16-bit on a GPU
+            check(f"resnet_{prec}_cpu_auto_layout_nchw", r["config"]["conv_layout"] == "nchw" and r["config"]["input"].endswith("NCHW"),
+                  f"{r['config'].get('conv_layout')} {r['config'].get('input')}")
 
 
 GPU_CHECK = os.path.join(os.path.dirname(BIN), "tests", "gpu_check")
@@ -359,6 +362,12 @@ def test_compare():
     rc, out, err = compare(path("cmp_base"), path("cmp_other"))
     rc2, out2, _ = compare("--force", path("cmp_base"), path("cmp_other"))
     check("compare_refuses_incomparable_runs_unless_forced", rc == 2 and "config.precision: fp32 -> bf16" in err and rc2 == 0, f"{rc} {err} {rc2}")
+    for name, layout in (("cmp_nchw", "nchw"), ("cmp_nhwc", "nhwc")):  # a ResNet's activation layout is part of the experiment
+        lay = json.loads(json.dumps(base))
+        c0(lay)["config"]["conv_layout"] = layout
+        json.dump(lay, open(path(name), "w"))
+    rc, out, err = compare(path("cmp_nchw"), path("cmp_nhwc"))
+    check("compare_refuses_other_conv_layout", rc == 2 and "config.conv_layout: nchw -> nhwc" in err, f"{rc} {err}")
     text = open(path("cmp_base")).read()
     bad = {"truncated": text[: len(text) // 2], "not_json": "hello", "empty": "",
            "wrong_schema": text.replace('"schema_version":\t2', '"schema_version":\t3').replace('"schema_version": 2', '"schema_version": 3')}
@@ -649,11 +658,13 @@ def npy_read(path):
     return eval(h[h.index("(", h.index("shape")):h.index(")", h.index("shape")) + 1]), a
 
 
-def model_vs_pytorch(model):
-    """Loss and stored gradients of the first step against the fixture; returns (fixture dir, dump dir)."""
+def model_vs_pytorch(model, extra=(), tag=""):
+    """Loss and stored gradients of the first step against the fixture; returns (fixture dir, dump dir). extra:
+    more tfbench arguments (the dumps are in the canonical order whatever they change); tag names the checks."""
     fix = os.path.join(ROOT, "tests", "fixtures", model.replace("-", "_"))
-    args = json.load(open(os.path.join(fix, "run.json")))["tfbench_args"]
-    d = os.path.join(TMP, model + "_dump")
+    args = json.load(open(os.path.join(fix, "run.json")))["tfbench_args"] + list(extra)
+    d = os.path.join(TMP, model + tag + "_dump")
+    model += tag
     p, r = tfbench(args + ["--dump", d], name=model)
     if r is None:
         check(f"{model}_step_runs", False, p.stderr[-300:])
@@ -675,6 +686,8 @@ def model_vs_pytorch(model):
 def test_model_vs_pytorch():
     model_vs_pytorch("resnet-tiny")
     model_vs_pytorch("resnet18")
+    model_vs_pytorch("resnet-tiny", ["--conv-layout", "nhwc"], "_nhwc")
+    model_vs_pytorch("resnet18", ["--conv-layout", "nhwc"], "_nhwc")
     fix, d = model_vs_pytorch("bert-tiny")
     if fix is None:
         return
@@ -700,6 +713,7 @@ BAD = [  # (arguments, the flag the message must name, ranks)
     (["--parallel", "pipeline", "--microbatches", "3", "--batch", "2", "--scaling", "strong"], "--batch", 2),
     (["--parallel", "data", "--tp", "2"], "--parallel", 2), (["--schedule", "zigzag"], "--schedule", 1),
     (["--dump", "/tmp", "--seq-len", "16"], "--dump", 2), (["--bind", "socket"], "--bind", 1),
+    (["--conv-layout", "hwcn"], "--conv-layout", 1), (["--conv-layout", "nhwc"], "--conv-layout", 1),
 ]
 
 
@@ -800,14 +814,21 @@ def test_parallel_equivalence():
     equivalent("bert_mini", mini, reference("bert_mini", mini), [(4, ["--parallel", "tensor"])])
     rn = ["--model", "resnet-tiny", "--batch", "8", "--scaling", "strong", "--steps", "10", "--warmup", "0", "--lr", "0.05",
           "--peak-tflops", "1", "--sync-bn"]
+    nhwc = ["--conv-layout", "nhwc"]  # channels-last activations and filters: the same numbers as NCHW
     equivalent("resnet_tiny", rn, reference("resnet_tiny", rn), [
-        (2, ["--parallel", "tensor"]), (4, ["--parallel", "tensor"]), (4, ["--dp", "2", "--tp", "2"])])
+        (2, ["--parallel", "tensor"]), (4, ["--parallel", "tensor"]), (4, ["--dp", "2", "--tp", "2"]),
+        (1, ["--parallel", "data"] + nhwc), (2, ["--parallel", "data"] + nhwc), (2, ["--parallel", "tensor"] + nhwc),
+        (2, ["--parallel", "tensor", "--checkpointing"] + nhwc)])
     # batch norm sees one micro-batch at a time, so pipelines match one rank accumulating the same micro-batches
     rn4 = rn + ["--microbatches", "4"]
     equivalent("resnet_tiny_m4", rn4, reference("resnet_tiny_m4", rn4), [
         (2, ["--parallel", "pipeline", "--schedule", "1f1b"]), (2, ["--parallel", "pipeline", "--schedule", "gpipe"]),
         (4, ["--parallel", "pipeline", "--schedule", "1f1b"]), (4, ["--parallel", "pipeline", "--schedule", "gpipe"]),
         (4, ["--tp", "2", "--pp", "2"])])
+    # micro-batches of 2 images: batch norm's backward amplifies rounding, so NHWC pipelines are held to NHWC on one
+    # rank (NHWC against NCHW, and both against PyTorch, are checked above and in test_model_vs_pytorch)
+    equivalent("resnet_tiny_m4_nhwc", rn4 + nhwc, reference("resnet_tiny_m4_nhwc", rn4 + nhwc), [
+        (2, ["--parallel", "pipeline", "--schedule", "1f1b"])])
 
 
 def test_pipeline_memory():

@@ -1,5 +1,6 @@
 /* cpu.h — internal declarations shared by the CPU backend's files (cpu_backend.c: memory and GEMM; cpu_ops.c:
- * the training ops; cpu_conv.c: convolutional ops; cpu_shard.c: tensor-parallel shard ops). Not part of the public interface: everything else reaches the CPU backend through
+ * the training ops; cpu_conv.c: convolutional ops; cpu_nhwc.c: their channels-last convolutions and pools;
+ * cpu_shard.c: tensor-parallel shard ops). Not part of the public interface: everything else reaches the CPU backend through
  * tfb_backend (kernels/backend.h) after tfb_cpu_backend_create().
  */
 #ifndef TFB_CPU_H
@@ -14,6 +15,17 @@ tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out);
 void tfb_cpu_ops_install(tfb_backend *be);
 void tfb_cpu_conv_install(tfb_backend *be);
 void tfb_cpu_shard_install(tfb_backend *be);
+/* cpu_nhwc.c: channels-last convolutions on FP32 operands (x (n, h, w, c), w (k, r, s, c), y (n, p, q, k)) and
+ * pools (argmax: index within the image plane), as the backend ops of the same names describe them. */
+tfb_status tfb_cpu_conv_fwd_nhwc(void *ctx, const tfb_conv_desc *d, float *y, const float *x, const float *w);
+tfb_status tfb_cpu_conv_bwd_data_nhwc(void *ctx, const tfb_conv_desc *d, float *dx, const float *dy, const float *w);
+tfb_status tfb_cpu_conv_bwd_filter_nhwc(void *ctx, const tfb_conv_desc *d, float *dw, const float *x,
+                                        const float *dy);
+tfb_status tfb_cpu_maxpool_fwd_nhwc(float *y, int *argmax, const float *x, int n, int c, int h, int w, int r,
+                                    int stride, int pad, int p, int q);
+tfb_status tfb_cpu_maxpool_bwd_nhwc(float *dx, const float *dy, const int *argmax, int n, int c, int hw, int pq);
+tfb_status tfb_cpu_avgpool_fwd_nhwc(float *y, const float *x, int n, int c, int hw);
+tfb_status tfb_cpu_avgpool_bwd_nhwc(float *dx, const float *dy, int n, int c, int hw);
 /* Scratch slot `slot` with room for n floats (NULL when out of memory). */
 float *tfb_cpu_scratch(void *ctx, int slot, size_t n);
 /* p (n elements of type t) as FP32: p itself, or widened (FP32 with tf32: rounded to TF32) into scratch `slot`. */

@@ -1,6 +1,7 @@
 /* cpu_conv.c — the CPU backend's convolutional-network ops: convolution as im2col + OpenBLAS SGEMM per image
- * (1x1 stride-1 convolutions skip im2col), batch norm in training mode, max and global average pooling. NCHW only;
- * 16-bit inputs are widened to FP32 first (TF32 inputs rounded). Statistics accumulate in double. Other ops are in cpu_ops.c.
+ * (1x1 stride-1 convolutions skip im2col), batch norm in training mode, max and global average pooling, in NCHW;
+ * 16-bit inputs are widened to FP32 first (TF32 inputs rounded). Statistics accumulate in double. The NHWC
+ * convolutions and pools are in cpu_nhwc.c (these entry points hand them over); other ops are in cpu_ops.c.
  */
 #include <cblas.h>
 #include <math.h>
@@ -101,11 +102,11 @@ static const float *conv_columns(void *ctx, const tfb_conv_desc *d, const float 
 }
 
 static tfb_status cpu_conv_fwd(void *ctx, const tfb_conv_desc *d, float *y, const void *x16, const void *w16) {
-    if (d->layout != TFB_NCHW) return TFB_ERR_ARG;
     const float *x = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_X, x16, d->in_type, d->tf32, x_elems(d));
     const float *w = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_W, w16, d->in_type, d->tf32, w_elems(d));
     int crs = d->c * d->r * d->s, pq = d->p * d->q, G = conv_group(d);
     if (!x || !w) return TFB_ERR_NOMEM;
+    if (d->layout == TFB_NHWC) return tfb_cpu_conv_fwd_nhwc(ctx, d, y, x, w);
     for (int i0 = 0; i0 < d->n; i0 += G) {
         int g = d->n - i0 < G ? d->n - i0 : G;
         const float *col = conv_columns(ctx, d, x, i0, g);
@@ -131,12 +132,12 @@ static const float *conv_dy_group(void *ctx, const tfb_conv_desc *d, const float
 
 static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, float *dx, const void *dy16,
                                     const void *w16) {
-    if (d->layout != TFB_NCHW) return TFB_ERR_ARG;
     const float *dy = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_DY, dy16, d->in_type, d->tf32, y_elems(d));
     const float *w = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_W, w16, d->in_type, d->tf32, w_elems(d));
     int crs = d->c * d->r * d->s, pq = d->p * d->q, G = conv_group(d), pointwise = conv_is_pointwise(d);
     size_t img = (size_t)d->c * d->h * d->w;
     if (!dy || !w) return TFB_ERR_NOMEM;
+    if (d->layout == TFB_NHWC) return tfb_cpu_conv_bwd_data_nhwc(ctx, d, dx, dy, w);
     for (int i0 = 0; i0 < d->n; i0 += G) {
         int g = d->n - i0 < G ? d->n - i0 : G;
         const float *dyg = conv_dy_group(ctx, d, dy, i0, g);
@@ -154,11 +155,11 @@ static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, float *dx
 
 static tfb_status cpu_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *dw, const void *x16,
                                       const void *dy16) {
-    if (d->layout != TFB_NCHW) return TFB_ERR_ARG;
     const float *x = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_X, x16, d->in_type, d->tf32, x_elems(d));
     const float *dy = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_DY, dy16, d->in_type, d->tf32, y_elems(d));
     int crs = d->c * d->r * d->s, pq = d->p * d->q, G = conv_group(d);
     if (!x || !dy) return TFB_ERR_NOMEM;
+    if (d->layout == TFB_NHWC) return tfb_cpu_conv_bwd_filter_nhwc(ctx, d, dw, x, dy);
     for (int i0 = 0; i0 < d->n; i0 += G) {
         int g = d->n - i0 < G ? d->n - i0 : G;
         const float *col = conv_columns(ctx, d, x, i0, g);
@@ -277,8 +278,9 @@ static tfb_status cpu_bn_running_update(void *ctx, float *run_mean, float *run_v
 }
 
 static tfb_status cpu_maxpool_fwd(void *ctx, float *y, int *argmax, const float *x, int n, int c, int h, int w,
-                                  int r, int stride, int pad, int p, int q) {
+                                  int r, int stride, int pad, int p, int q, tfb_layout layout) {
     (void)ctx;
+    if (layout == TFB_NHWC) return tfb_cpu_maxpool_fwd_nhwc(y, argmax, x, n, c, h, w, r, stride, pad, p, q);
 #pragma omp parallel for schedule(static)
     for (int plane = 0; plane < n * c; plane++) {
         const float *in = x + (size_t)plane * h * w;
@@ -301,8 +303,9 @@ static tfb_status cpu_maxpool_fwd(void *ctx, float *y, int *argmax, const float 
 }
 
 static tfb_status cpu_maxpool_bwd(void *ctx, float *dx, const float *dy, const int *argmax, int n, int c, int hw,
-                                  int pq) {
+                                  int pq, tfb_layout layout) {
     (void)ctx;
+    if (layout == TFB_NHWC) return tfb_cpu_maxpool_bwd_nhwc(dx, dy, argmax, n, c, hw, pq);
 #pragma omp parallel for schedule(static)
     for (int plane = 0; plane < n * c; plane++) {
         float *out = dx + (size_t)plane * hw;
@@ -312,8 +315,9 @@ static tfb_status cpu_maxpool_bwd(void *ctx, float *dx, const float *dy, const i
     return TFB_OK;
 }
 
-static tfb_status cpu_avgpool_fwd(void *ctx, float *y, const float *x, int n, int c, int hw) {
+static tfb_status cpu_avgpool_fwd(void *ctx, float *y, const float *x, int n, int c, int hw, tfb_layout layout) {
     (void)ctx;
+    if (layout == TFB_NHWC) return tfb_cpu_avgpool_fwd_nhwc(y, x, n, c, hw);
 #pragma omp parallel for schedule(static)
     for (int plane = 0; plane < n * c; plane++) {
         double s = 0;
@@ -323,8 +327,9 @@ static tfb_status cpu_avgpool_fwd(void *ctx, float *y, const float *x, int n, in
     return TFB_OK;
 }
 
-static tfb_status cpu_avgpool_bwd(void *ctx, float *dx, const float *dy, int n, int c, int hw) {
+static tfb_status cpu_avgpool_bwd(void *ctx, float *dx, const float *dy, int n, int c, int hw, tfb_layout layout) {
     (void)ctx;
+    if (layout == TFB_NHWC) return tfb_cpu_avgpool_bwd_nhwc(dx, dy, n, c, hw);
 #pragma omp parallel for schedule(static)
     for (int plane = 0; plane < n * c; plane++)
         for (int j = 0; j < hw; j++) dx[(size_t)plane * hw + j] = dy[plane] / (float)hw;

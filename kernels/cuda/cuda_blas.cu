@@ -4,7 +4,7 @@
  * Compute modes are explicit: FP32 inputs run CUBLAS_COMPUTE_32F_PEDANTIC (no tensor cores, whatever
  * NVIDIA_TF32_OVERRIDE says) unless the descriptor asks for TF32 (CUBLAS_COMPUTE_32F_FAST_TF32); FP16/BF16 inputs
  * accumulate in FP32 into an FP32 C (CUBLAS_COMPUTE_32F).
- * Convolution: NCHW tensors in the input type with FP32 compute. cuDNN's search (cudnnFind*) picks the algorithm
+ * Convolution: NCHW or NHWC tensors (NHWC filters (k, r, s, c)) in the input type with FP32 compute. cuDNN's search (cudnnFind*) picks the algorithm
  * once per shape, the first time the shape is seen (a warm-up step), and the plan is cached. 16-bit outputs are
  * staged in the input type and widened to FP32 (dw added) by a small kernel: cuDNN keeps x, w and y in one type.
  * FP32 convolutions accept only FMA algorithms (CUDNN_FMA_MATH), so FP32 never silently means TF32.
@@ -256,8 +256,9 @@ static int cuda_conv_plan_text(void *ctx, int i, char *buf, size_t len) {
     if (i < 0 || i >= c->n_plans) return 0;
     const tfb_conv_plan *p = &c->plans[i];
     const tfb_conv_desc *d = &p->key;
-    snprintf(buf, len, "x %dx%dx%dx%d, w %dx%dx%dx%d, stride %d, pad %d, %s: forward %s (%s), backward data %s (%s), "
-             "backward filter %s (%s)", d->n, d->c, d->h, d->w, d->k, d->c, d->r, d->s, d->stride, d->pad,
+    snprintf(buf, len, "x %dx%dx%dx%d, w %dx%dx%dx%d, stride %d, pad %d, %s, %s: forward %s (%s), backward data %s "
+             "(%s), backward filter %s (%s)", d->n, d->c, d->h, d->w, d->k, d->c, d->r, d->s, d->stride, d->pad,
+             d->layout == TFB_NHWC ? "nhwc" : "nchw",
              d->in_type == TFB_F16 ? "fp16" : d->in_type == TFB_BF16 ? "bf16" : d->tf32 ? "tf32" : "fp32",
              p->have_fwd ? fwd_name(p->fwd.algo) : "-", p->have_fwd ? math_name(p->fwd.mathType) : "-",
              p->have_data ? data_name(p->data.algo) : "-", p->have_data ? math_name(p->data.mathType) : "-",

@@ -1,12 +1,15 @@
 /* cuda_cnn.cu — the CUDA backend's batch norm (training mode, with the cross-rank sums of synchronised batch norm
  * left to the caller) and pooling, computing what cpu_conv.c computes: two-pass moments, biased batch variance,
  * the same backward formula, max pooling with a saved argmax (index within the image plane) and global average
- * pooling. NCHW only, FP32. Convolutions are in cuda_blas.cu.
+ * pooling, in FP32, NCHW and NHWC. Convolutions are in cuda_blas.cu.
  *
  * A channel's reduction covers n planes of hw values. Each channel's planes are split over enough blocks to give
  * every SM a few (64 channels alone would leave half of an H100 idle), each block writes a partial sum, and the
- * next kernel adds a channel's partials in a fixed order: deterministic, no atomics. Element-wise kernels index
- * with 32-bit arithmetic when the tensor allows (a 64-bit division per element would make them compute-bound).
+ * next kernel adds a channel's partials in a fixed order: deterministic, no atomics. An NHWC tensor arrives as
+ * (n*h*w, c, 1): planes of one value each, which the plane kernels would read 4 bytes a warp at a time, so hw == 1
+ * takes column kernels instead (a block's warps read 32 adjacent channels of a row range, 128 contiguous bytes a
+ * load) that write the same partials. Element-wise kernels index with 32-bit arithmetic when the tensor allows (a
+ * 64-bit division per element would make them compute-bound).
  */
 #include <math.h>
 #include "cuda_internal.h"
@@ -85,6 +88,110 @@ __global__ void k_bn_var(float *var, const float *partial_sq, int c, double coun
     TFB_GRID_LOOP(ch, (size_t)c) var[ch] = (float)(channel_total(partial_sq, (int)ch, splits, 1, 0) / count);
 }
 
+/* ---- the column path (hw == 1): blocks of COL_X channels x COL_Y row lanes, grid (channel blocks, splits) ---- */
+
+#define COL_X 32
+#define COL_Y 8
+#define COL_UNROLL 4
+#define COL_BLOCKS_PER_SM 8 /* 2048 threads an SM: the loads in flight a column reduction needs */
+
+/* Row splits: enough for COL_BLOCKS_PER_SM blocks per SM over all channel blocks, at least COL_Y rows each. */
+static int col_split_of(const cuda_ctx *c, int channels, int rows) {
+    int col_blocks = (channels + COL_X - 1) / COL_X, target = COL_BLOCKS_PER_SM * (c->sms > 0 ? c->sms : 1);
+    int s = (target + col_blocks - 1) / col_blocks, most = (rows + COL_Y - 1) / COL_Y;
+    s = s < most ? s : most;
+    return s > 0 ? s : 1;
+}
+
+static dim3 col_grid(int channels, int splits) { return dim3((unsigned)((channels + COL_X - 1) / COL_X), (unsigned)splits); }
+
+/* This block's channel and its rows [*r0, *r1) of `rows`. */
+__device__ __forceinline__ int col_rows(int rows, int splits, int *r0, int *r1) {
+    *r0 = (int)((long long)rows * blockIdx.y / splits);
+    *r1 = (int)((long long)rows * (blockIdx.y + 1) / splits);
+    return blockIdx.x * COL_X + threadIdx.x;
+}
+
+/* Sum over the block's COL_Y row lanes, valid in lane 0; safe to call repeatedly in one kernel. */
+__device__ __forceinline__ float col_block_sum(float v) {
+    __shared__ float sh[COL_Y][COL_X + 1];
+    sh[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y == 0)
+        for (int y = 1; y < COL_Y; y++) v += sh[y][threadIdx.x];
+    __syncthreads();
+    return v;
+}
+
+/* Over this lane's rows of [r0, r1) (every COL_Y-th, from r0 + threadIdx.y), with COL_UNROLL rows' loads in
+ * flight: *s_out = sum of a[r, ch]; *t_out = MODE 1: sum of (a - m)^2, MODE 2: sum of a (b - m), MODE 0: 0. */
+template <int MODE>
+__device__ __forceinline__ void col_lane(const float *a, const float *b, float m, int r0, int r1, int c, int ch,
+                                         float *s_out, float *t_out) {
+    float s[COL_UNROLL] = {0}, t[COL_UNROLL] = {0};
+    int r = r0 + threadIdx.y;
+    for (; r + (COL_UNROLL - 1) * COL_Y < r1; r += COL_UNROLL * COL_Y) {
+        float va[COL_UNROLL], vb[COL_UNROLL];
+#pragma unroll
+        for (int u = 0; u < COL_UNROLL; u++) {
+            size_t i = (size_t)(r + u * COL_Y) * c + ch;
+            va[u] = a[i];
+            vb[u] = MODE == 2 ? b[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < COL_UNROLL; u++) {
+            s[u] += va[u];
+            if (MODE == 1) t[u] += (va[u] - m) * (va[u] - m);
+            if (MODE == 2) t[u] += va[u] * (vb[u] - m);
+        }
+    }
+    for (; r < r1; r += COL_Y) {
+        size_t i = (size_t)r * c + ch;
+        float va = a[i];
+        s[0] += va;
+        if (MODE == 1) t[0] += (va - m) * (va - m);
+        if (MODE == 2) t[0] += va * (b[i] - m);
+    }
+    *s_out = *t_out = 0.0f;
+#pragma unroll
+    for (int u = 0; u < COL_UNROLL; u++) { *s_out += s[u]; *t_out += t[u]; }
+}
+
+__global__ void k_col_sum(float *partial, const float *x, int rows, int c, int splits) {
+    int r0, r1, ch = col_rows(rows, splits, &r0, &r1);
+    float s = 0.0f, unused = 0.0f;
+    if (ch < c) col_lane<0>(x, NULL, 0.0f, r0, r1, c, ch, &s, &unused);
+    s = col_block_sum(s);
+    if (threadIdx.y == 0 && ch < c) partial[(size_t)ch * splits + blockIdx.y] = s;
+}
+
+/* The mean from the first pass's partials (one thread per channel: the column path has many splits, too many
+ * for every thread of the next kernel to add up). */
+__global__ void k_bn_mean(float *mean, const float *partial_sum, int c, double count, int splits) {
+    TFB_GRID_LOOP(ch, (size_t)c) mean[ch] = (float)(channel_total(partial_sum, (int)ch, splits, 1, 0) / count);
+}
+
+__global__ void k_col_sqdev(float *partial_sq, const float *mean, const float *x, int rows, int c, int splits) {
+    int r0, r1, ch = col_rows(rows, splits, &r0, &r1);
+    float s = 0.0f, ss = 0.0f;
+    if (ch < c) col_lane<1>(x, NULL, mean[ch], r0, r1, c, ch, &s, &ss);
+    ss = col_block_sum(ss);
+    if (threadIdx.y == 0 && ch < c) partial_sq[(size_t)ch * splits + blockIdx.y] = ss;
+}
+
+/* Partial (sum dy, sum dy (x - mean)) of the block's rows, in the plane kernels' layout. */
+__global__ void k_col_bwd_partial(float *partial, const float *dy, const float *x, const float *mean, int rows, int c,
+                                  int splits) {
+    int r0, r1, ch = col_rows(rows, splits, &r0, &r1);
+    float s = 0.0f, sx = 0.0f;
+    if (ch < c) col_lane<2>(dy, x, mean[ch], r0, r1, c, ch, &s, &sx);
+    s = col_block_sum(s);
+    sx = col_block_sum(sx);
+    if (threadIdx.y != 0 || ch >= c) return;
+    partial[2 * ((size_t)ch * splits + blockIdx.y)] = s;
+    partial[2 * ((size_t)ch * splits + blockIdx.y) + 1] = sx;
+}
+
 /* 32-bit element indices (and their strides) stay below 2^32 for tensors under 2^31 elements. */
 static int index32(size_t elements) { return elements < ((size_t)1 << 31); }
 
@@ -93,11 +200,19 @@ static tfb_status cuda_bn_moments(void *ctx, float *mean, float *var, const floa
     float *p;
     if (c < 1 || n < 1) return TFB_OK;
     if (!index32((size_t)n * hw)) return TFB_ERR_ARG; /* one channel of 2^31 values: no network here has one */
-    int splits = split_of(cc, c, n), blocks = c * splits;
+    int splits = hw == 1 ? col_split_of(cc, c, n) : split_of(cc, c, n), blocks = c * splits;
     TFB_CHECK(partials_reserve(cc, c, splits, 2, &p));
-    k_bn_sum<<<blocks, CH_THREADS, 0, S(ctx)>>>(p, x, n, c, hw, splits);
-    TFB_CHECK_LAUNCH();
-    k_bn_sqdev<<<blocks, CH_THREADS, 0, S(ctx)>>>(mean, p + blocks, p, x, n, c, hw, splits);
+    if (hw == 1) {
+        k_col_sum<<<col_grid(c, splits), dim3(COL_X, COL_Y), 0, S(ctx)>>>(p, x, n, c, splits);
+        TFB_CHECK_LAUNCH();
+        k_bn_mean<<<tfb_cuda_blocks((size_t)c), TFB_CUDA_THREADS, 0, S(ctx)>>>(mean, p, c, (double)n, splits);
+        TFB_CHECK_LAUNCH();
+        k_col_sqdev<<<col_grid(c, splits), dim3(COL_X, COL_Y), 0, S(ctx)>>>(p + blocks, mean, x, n, c, splits);
+    } else {
+        k_bn_sum<<<blocks, CH_THREADS, 0, S(ctx)>>>(p, x, n, c, hw, splits);
+        TFB_CHECK_LAUNCH();
+        k_bn_sqdev<<<blocks, CH_THREADS, 0, S(ctx)>>>(mean, p + blocks, p, x, n, c, hw, splits);
+    }
     TFB_CHECK_LAUNCH();
     k_bn_var<<<tfb_cuda_blocks((size_t)c), TFB_CUDA_THREADS, 0, S(ctx)>>>(var, p + blocks, c, (double)n * hw, splits);
     TFB_CHECK_LAUNCH();
@@ -110,7 +225,7 @@ template <typename I>
 __global__ void k_bn_apply(float *y, const float *x, const float *mean, const float *var, const float *gamma,
                            const float *beta, I total, I c, I hw, float eps) {
     for (I e = blockIdx.x * (I)blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
-        int ch = (int)(e / hw % c);
+        int ch = (int)(hw == 1 ? e % c : e / hw % c);
         float scale = gamma[ch] * rsqrtf(var[ch] + eps);
         y[e] = x[e] * scale + (beta[ch] - mean[ch] * scale);
     }
@@ -167,9 +282,10 @@ static tfb_status cuda_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xha
     float *p;
     if (c < 1 || n < 1) return TFB_OK;
     if (!index32((size_t)n * hw)) return TFB_ERR_ARG; /* one channel of 2^31 values: no network here has one */
-    int splits = split_of(cc, c, n);
+    int splits = hw == 1 ? col_split_of(cc, c, n) : split_of(cc, c, n);
     TFB_CHECK(partials_reserve(cc, c, splits, 2, &p));
-    k_bn_bwd_partial<<<c * splits, CH_THREADS, 0, S(ctx)>>>(p, dy, x, mean, n, c, hw, splits);
+    if (hw == 1) k_col_bwd_partial<<<col_grid(c, splits), dim3(COL_X, COL_Y), 0, S(ctx)>>>(p, dy, x, mean, n, c, splits);
+    else k_bn_bwd_partial<<<c * splits, CH_THREADS, 0, S(ctx)>>>(p, dy, x, mean, n, c, hw, splits);
     TFB_CHECK_LAUNCH();
     k_bn_bwd_finish<<<tfb_cuda_blocks((size_t)c), TFB_CUDA_THREADS, 0, S(ctx)>>>(sum_dy, sum_dy_xhat, dgamma, dbeta, p,
                                                                                 var, c, splits, eps);
@@ -182,7 +298,7 @@ __global__ void k_bn_bwd_apply(float *dx, const float *dy, const float *x, const
                                const float *gamma, const float *sum_dy, const float *sum_dy_xhat, double count,
                                I total, I c, I hw, float eps) {
     for (I e = blockIdx.x * (I)blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
-        int ch = (int)(e / hw % c);
+        int ch = (int)(hw == 1 ? e % c : e / hw % c);
         float rstd = rsqrtf(var[ch] + eps), g = gamma[ch] * rstd;
         float mdy = (float)(sum_dy[ch] / count), mdx = (float)(sum_dy_xhat[ch] / count);
         float xhat = (x[e] - mean[ch]) * rstd;
@@ -260,11 +376,38 @@ __global__ void k_maxpool_fwd(float *y, int *argmax, const float *x, pool_shape 
     }
 }
 
+/* NHWC: a thread per output element (image, i, j, channel), channels fastest, so a warp reads adjacent channels. */
+template <typename I>
+__global__ void k_maxpool_fwd_nhwc(float *y, int *argmax, const float *x, pool_shape s, I c, I total) {
+    for (I o = blockIdx.x * (I)blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
+        I ch = o % c, pix = o / c, j = pix % (I)s.q, row = pix / (I)s.q, i = row % (I)s.p, b = row / (I)s.p;
+        const float *img = x + (size_t)b * s.h * s.w * c + ch;
+        float best = -INFINITY;
+        int arg = -1;
+        for (int a = 0; a < s.r; a++)
+            for (int e = 0; e < s.r; e++) {
+                int ih = (int)i * s.stride - s.pad + a, iw = (int)j * s.stride - s.pad + e;
+                if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+                float v = img[(size_t)(ih * s.w + iw) * c];
+                if (v > best || arg < 0) { best = v; arg = ih * s.w + iw; }
+            }
+        y[o] = best;
+        argmax[o] = arg;
+    }
+}
+
 static tfb_status cuda_maxpool_fwd(void *ctx, float *y, int *argmax, const float *x, int n, int c, int h, int w,
-                                   int r, int stride, int pad, int p, int q) {
+                                   int r, int stride, int pad, int p, int q, tfb_layout layout) {
     pool_shape s = {h, w, r, stride, pad, p, q};
-    if ((long long)n * c < 1 || p * q < 1) return TFB_OK;
-    k_maxpool_fwd<<<(unsigned)(n * c), tfb_row_threads(p * q), 0, S(ctx)>>>(y, argmax, x, s);
+    size_t total = (size_t)n * c * p * q;
+    if (total < 1) return TFB_OK;
+    if (layout == TFB_NCHW) k_maxpool_fwd<<<(unsigned)(n * c), tfb_row_threads(p * q), 0, S(ctx)>>>(y, argmax, x, s);
+    else if (index32((size_t)n * c * h * w))
+        k_maxpool_fwd_nhwc<unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(y, argmax, x, s,
+                                                                                             (unsigned)c, (unsigned)total);
+    else
+        k_maxpool_fwd_nhwc<size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(y, argmax, x, s, (size_t)c,
+                                                                                           total);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -275,11 +418,27 @@ __global__ void k_maxpool_bwd(float *dx, const float *dy, const int *argmax, int
     TFB_ROW_LOOP(o, pq) atomicAdd(&d[argmax[o0 + o]], dy[o0 + o]);
 }
 
+/* NHWC: a thread per dy element; image b's plane index a lands at dx[(b hw + a) c + ch]. */
+template <typename I>
+__global__ void k_maxpool_bwd_nhwc(float *dx, const float *dy, const int *argmax, I c, I hw, I pq, I total) {
+    for (I o = blockIdx.x * (I)blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
+        I b = o / (pq * c);
+        atomicAdd(&dx[(b * hw + (I)argmax[o]) * c + o % c], dy[o]);
+    }
+}
+
 static tfb_status cuda_maxpool_bwd(void *ctx, float *dx, const float *dy, const int *argmax, int n, int c, int hw,
-                                   int pq) {
+                                   int pq, tfb_layout layout) {
+    size_t total = (size_t)n * c * pq;
     TFB_CHECK_CUDA(cudaMemsetAsync(dx, 0, (size_t)n * c * hw * sizeof(float), S(ctx)));
-    if ((long long)n * c < 1 || pq < 1) return TFB_OK;
-    k_maxpool_bwd<<<(unsigned)(n * c), tfb_row_threads(pq), 0, S(ctx)>>>(dx, dy, argmax, hw, pq);
+    if (total < 1) return TFB_OK;
+    if (layout == TFB_NCHW) k_maxpool_bwd<<<(unsigned)(n * c), tfb_row_threads(pq), 0, S(ctx)>>>(dx, dy, argmax, hw, pq);
+    else if (index32((size_t)n * c * hw))
+        k_maxpool_bwd_nhwc<unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+            dx, dy, argmax, (unsigned)c, (unsigned)hw, (unsigned)pq, (unsigned)total);
+    else
+        k_maxpool_bwd_nhwc<size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+            dx, dy, argmax, (size_t)c, (size_t)hw, (size_t)pq, total);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -292,9 +451,22 @@ __global__ void k_avgpool_fwd(float *y, const float *x, size_t planes, int hw) {
     }
 }
 
-static tfb_status cuda_avgpool_fwd(void *ctx, float *y, const float *x, int n, int c, int hw) {
+/* NHWC: a thread per (image, channel), stepping over the image's pixels c apart (a warp reads adjacent channels). */
+__global__ void k_avgpool_fwd_nhwc(float *y, const float *x, size_t total, int c, int hw) {
+    TFB_GRID_LOOP(o, total) {
+        size_t b = o / (size_t)c;
+        const float *in = x + b * hw * c + (o - b * c);
+        float s = 0.0f;
+        for (int j = 0; j < hw; j++) s += in[(size_t)j * c];
+        y[o] = s / hw;
+    }
+}
+
+static tfb_status cuda_avgpool_fwd(void *ctx, float *y, const float *x, int n, int c, int hw, tfb_layout layout) {
     size_t planes = (size_t)n * c;
-    k_avgpool_fwd<<<tfb_cuda_blocks(planes), TFB_CUDA_THREADS, 0, S(ctx)>>>(y, x, planes, hw);
+    if (planes < 1) return TFB_OK;
+    if (layout == TFB_NCHW) k_avgpool_fwd<<<tfb_cuda_blocks(planes), TFB_CUDA_THREADS, 0, S(ctx)>>>(y, x, planes, hw);
+    else k_avgpool_fwd_nhwc<<<tfb_cuda_blocks(planes), TFB_CUDA_THREADS, 0, S(ctx)>>>(y, x, planes, c, hw);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -304,9 +476,18 @@ __global__ void k_avgpool_bwd(float *dx, const float *dy, int hw) {
     TFB_ROW_LOOP(j, hw) d[j] = g;
 }
 
-static tfb_status cuda_avgpool_bwd(void *ctx, float *dx, const float *dy, int n, int c, int hw) {
+/* NHWC: block per (image, pixel) row of c channels. */
+__global__ void k_avgpool_bwd_nhwc(float *dx, const float *dy, int c, int hw) {
+    unsigned b = blockIdx.x / (unsigned)hw;
+    float *d = dx + (size_t)blockIdx.x * c;
+    const float *g = dy + (size_t)b * c;
+    TFB_ROW_LOOP(ch, c) d[ch] = g[ch] / (float)hw;
+}
+
+static tfb_status cuda_avgpool_bwd(void *ctx, float *dx, const float *dy, int n, int c, int hw, tfb_layout layout) {
     if ((long long)n * c < 1 || hw < 1) return TFB_OK;
-    k_avgpool_bwd<<<(unsigned)(n * c), tfb_row_threads(hw), 0, S(ctx)>>>(dx, dy, hw);
+    if (layout == TFB_NCHW) k_avgpool_bwd<<<(unsigned)(n * c), tfb_row_threads(hw), 0, S(ctx)>>>(dx, dy, hw);
+    else k_avgpool_bwd_nhwc<<<(unsigned)(n * hw), tfb_row_threads(c), 0, S(ctx)>>>(dx, dy, c, hw);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }

@@ -1,0 +1,178 @@
+/* cpu_nhwc.c — the CPU backend's channels-last (NHWC) convolution and pooling: the reference for a GPU backend's
+ * NHWC path, where 16-bit convolutions run on tensor cores without layout transposes.
+ *
+ * Activations are (n, h, w, c) and filters (k, r, s, c). A convolution is an im2col into rows of one output pixel
+ * each, (pixels, r*s*c) — every tap a contiguous run of c channels — times the filters as (k, r*s*c): the output
+ * (pixels, k) is already NHWC, so no copy back is needed. 1x1 stride-1 convolutions use x itself as the operand.
+ * Max pooling saves the argmax as the index within the image plane (ih * w + iw), as cpu_conv.c does for NCHW.
+ * Batch norm needs no NHWC variant: an (n, h, w, c) tensor is (n*h*w, c, 1) to the NCHW ops. This file does not
+ * widen 16-bit inputs itself (cpu_conv.c hands it FP32 operands) and has no NCHW code.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+#include "cpu.h"
+
+/* Input row (or column) of output position o and tap t, or -1 outside the image. */
+static int tap_pos(int o, int t, int stride, int pad, int size) {
+    int i = o * stride - pad + t;
+    return i >= 0 && i < size ? i : -1;
+}
+
+/* col (g*p*q, r*s*c) of images x (g, h, w, c): row (image, oy, ox) holds every tap's c channels, zeros outside. */
+static void im2col_nhwc(float *col, const float *x, int g, const tfb_conv_desc *d) {
+    size_t rsc = (size_t)d->r * d->s * d->c, cbytes = (size_t)d->c * sizeof(float);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < g; b++)
+        for (int oy = 0; oy < d->p; oy++)
+            for (int ox = 0; ox < d->q; ox++) {
+                float *row = col + (((size_t)b * d->p + oy) * d->q + ox) * rsc;
+                for (int i = 0; i < d->r; i++) {
+                    int iy = tap_pos(oy, i, d->stride, d->pad, d->h);
+                    for (int j = 0; j < d->s; j++) {
+                        int ix = tap_pos(ox, j, d->stride, d->pad, d->w);
+                        float *dst = row + ((size_t)i * d->s + j) * d->c;
+                        if (iy < 0 || ix < 0) memset(dst, 0, cbytes);
+                        else memcpy(dst, x + (((size_t)b * d->h + iy) * d->w + ix) * d->c, cbytes);
+                    }
+                }
+            }
+}
+
+/* dx (g, h, w, c) = scatter-add of dcol (g*p*q, r*s*c); each thread owns whole images. */
+static void col2im_nhwc(float *dx, const float *dcol, int g, const tfb_conv_desc *d) {
+    size_t rsc = (size_t)d->r * d->s * d->c, img = (size_t)d->h * d->w * d->c;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < g; b++) {
+        float *out = dx + (size_t)b * img;
+        memset(out, 0, img * sizeof(float));
+        for (int oy = 0; oy < d->p; oy++)
+            for (int ox = 0; ox < d->q; ox++) {
+                const float *row = dcol + (((size_t)b * d->p + oy) * d->q + ox) * rsc;
+                for (int i = 0; i < d->r; i++) {
+                    int iy = tap_pos(oy, i, d->stride, d->pad, d->h);
+                    for (int j = 0; j < d->s && iy >= 0; j++) {
+                        int ix = tap_pos(ox, j, d->stride, d->pad, d->w);
+                        if (ix < 0) continue;
+                        float *dst = out + ((size_t)iy * d->w + ix) * d->c;
+                        const float *src = row + ((size_t)i * d->s + j) * d->c;
+                        for (int ch = 0; ch < d->c; ch++) dst[ch] += src[ch];
+                    }
+                }
+            }
+    }
+}
+
+static int pointwise(const tfb_conv_desc *d) { return d->r == 1 && d->s == 1 && d->stride == 1 && d->pad == 0; }
+
+/* Images per GEMM: about 2048 output rows, so late layers with small images still get tall GEMMs. */
+static int group_of(const tfb_conv_desc *d) {
+    int pq = d->p * d->q, g = (2048 + pq - 1) / pq;
+    return pointwise(d) || g > d->n ? d->n : g;
+}
+
+/* The (g*p*q, r*s*c) operand of images x (g, h, w, c): x itself when pointwise. */
+static const float *columns(void *ctx, const tfb_conv_desc *d, const float *x, int g) {
+    if (pointwise(d)) return x;
+    float *col = tfb_cpu_scratch(ctx, TFB_CPU_SLOT_COL, (size_t)g * d->p * d->q * d->r * d->s * d->c);
+    if (col) im2col_nhwc(col, x, g, d);
+    return col;
+}
+
+tfb_status tfb_cpu_conv_fwd_nhwc(void *ctx, const tfb_conv_desc *d, float *y, const float *x, const float *w) {
+    int rsc = d->r * d->s * d->c, pq = d->p * d->q, G = group_of(d);
+    size_t img_in = (size_t)d->h * d->w * d->c, img_out = (size_t)pq * d->k;
+    for (int i0 = 0; i0 < d->n; i0 += G) {
+        int g = d->n - i0 < G ? d->n - i0 : G;
+        const float *col = columns(ctx, d, x + (size_t)i0 * img_in, g);
+        if (!col) return TFB_ERR_NOMEM;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g * pq, d->k, rsc, 1.0f, col, rsc, w, rsc, 0.0f,
+                    y + (size_t)i0 * img_out, d->k);
+    }
+    return TFB_OK;
+}
+
+tfb_status tfb_cpu_conv_bwd_data_nhwc(void *ctx, const tfb_conv_desc *d, float *dx, const float *dy,
+                                      const float *w) {
+    int rsc = d->r * d->s * d->c, pq = d->p * d->q, G = group_of(d);
+    size_t img_in = (size_t)d->h * d->w * d->c, img_out = (size_t)pq * d->k;
+    for (int i0 = 0; i0 < d->n; i0 += G) {
+        int g = d->n - i0 < G ? d->n - i0 : G;
+        float *dxi = dx + (size_t)i0 * img_in;
+        float *dcol = pointwise(d) ? dxi : tfb_cpu_scratch(ctx, TFB_CPU_SLOT_COL, (size_t)g * pq * rsc);
+        if (!dcol) return TFB_ERR_NOMEM;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g * pq, rsc, d->k, 1.0f, dy + (size_t)i0 * img_out,
+                    d->k, w, rsc, 0.0f, dcol, rsc);
+        if (!pointwise(d)) col2im_nhwc(dxi, dcol, g, d);
+    }
+    return TFB_OK;
+}
+
+tfb_status tfb_cpu_conv_bwd_filter_nhwc(void *ctx, const tfb_conv_desc *d, float *dw, const float *x,
+                                        const float *dy) {
+    int rsc = d->r * d->s * d->c, pq = d->p * d->q, G = group_of(d);
+    size_t img_in = (size_t)d->h * d->w * d->c, img_out = (size_t)pq * d->k;
+    for (int i0 = 0; i0 < d->n; i0 += G) {
+        int g = d->n - i0 < G ? d->n - i0 : G;
+        const float *col = columns(ctx, d, x + (size_t)i0 * img_in, g);
+        if (!col) return TFB_ERR_NOMEM;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d->k, rsc, g * pq, 1.0f, dy + (size_t)i0 * img_out,
+                    d->k, col, rsc, 1.0f, dw, rsc);
+    }
+    return TFB_OK;
+}
+
+/* ---- pooling ---- */
+
+tfb_status tfb_cpu_maxpool_fwd_nhwc(float *y, int *argmax, const float *x, int n, int c, int h, int w, int r,
+                                    int stride, int pad, int p, int q) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int i = 0; i < p; i++)
+            for (int j = 0; j < q; j++)
+                for (int ch = 0; ch < c; ch++) {
+                    float best = -INFINITY;
+                    int arg = -1;
+                    for (int a = 0; a < r; a++)
+                        for (int e = 0; e < r; e++) {
+                            int ih = tap_pos(i, a, stride, pad, h), iw = tap_pos(j, e, stride, pad, w);
+                            if (ih < 0 || iw < 0) continue;
+                            float v = x[(((size_t)b * h + ih) * w + iw) * c + ch];
+                            if (v > best || arg < 0) { best = v; arg = ih * w + iw; }
+                        }
+                    size_t o = (((size_t)b * p + i) * q + j) * c + ch;
+                    y[o] = best;
+                    argmax[o] = arg;
+                }
+    return TFB_OK;
+}
+
+tfb_status tfb_cpu_maxpool_bwd_nhwc(float *dx, const float *dy, const int *argmax, int n, int c, int hw, int pq) {
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < n; b++) {
+        float *out = dx + (size_t)b * hw * c;
+        size_t o0 = (size_t)b * pq * c;
+        memset(out, 0, (size_t)hw * c * sizeof(float));
+        for (size_t o = 0; o < (size_t)pq * c; o++) out[(size_t)argmax[o0 + o] * c + o % (size_t)c] += dy[o0 + o];
+    }
+    return TFB_OK;
+}
+
+tfb_status tfb_cpu_avgpool_fwd_nhwc(float *y, const float *x, int n, int c, int hw) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int ch = 0; ch < c; ch++) {
+            double s = 0;
+            for (int j = 0; j < hw; j++) s += x[((size_t)b * hw + j) * c + ch];
+            y[(size_t)b * c + ch] = (float)(s / hw);
+        }
+    return TFB_OK;
+}
+
+tfb_status tfb_cpu_avgpool_bwd_nhwc(float *dx, const float *dy, int n, int c, int hw) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < n; b++)
+        for (int j = 0; j < hw; j++)
+            for (int ch = 0; ch < c; ch++) dx[((size_t)b * hw + j) * c + ch] = dy[(size_t)b * c + ch] / (float)hw;
+    return TFB_OK;
+}
