@@ -589,12 +589,11 @@ static tfb_status unit_fwd(resnet_model *m, rn_unit *u, const float *x) {
     TFB_CHECK(be->conv_fwd(be->ctx, d, u->z, xin, lp_weight(m, u->w)));
     TFB_CHECK(be->bn_moments(be->ctx, u->mean, u->var, u->z, rows, d->k, hw));
     if (m->wc.sync_bn && m->wc.dp_size > 1) TFB_CHECK(sync_moments(m, u));
-    TFB_CHECK(be->bn_apply(be->ctx, u->y, u->z, u->mean, u->var, u->gamma, u->beta, rows, d->k, hw, BN_EPS));
+    TFB_CHECK(be->bn_apply(be->ctx, u->y, u->z, u->mean, u->var, u->gamma, u->beta, rows, d->k, hw, BN_EPS,
+                           u->relu));
     double count = (double)rows * hw * (m->wc.sync_bn ? m->wc.dp_size : 1);
-    if (!m->recomputing)
-        TFB_CHECK(be->bn_running_update(be->ctx, u->run_mean, u->run_var, u->mean, u->var, d->k, BN_MOMENTUM, count));
-    if (u->relu) TFB_CHECK(be->act_fwd(be->ctx, TFB_ACT_RELU, u->y, u->y, unit_out(u)));
-    return TFB_OK;
+    if (m->recomputing) return TFB_OK;
+    return be->bn_running_update(be->ctx, u->run_mean, u->run_var, u->mean, u->var, d->k, BN_MOMENTUM, count);
 }
 
 /* The whole tensor a unit reads, given this rank's channels of it. */

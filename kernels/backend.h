@@ -190,9 +190,9 @@ struct tfb_backend {
     tfb_status (*conv_bwd_filter)(void *ctx, const tfb_conv_desc *d, float *dw, const void *x, const void *dy);
     /* mean, var (c): batch mean and biased variance of x (n, c, hw) per channel (two-pass) */
     tfb_status (*bn_moments)(void *ctx, float *mean, float *var, const float *x, int n, int c, int hw);
-    /* y (n, c, hw) = (x - mean) / sqrt(var + eps) * gamma + beta */
+    /* y (n, c, hw) = (x - mean) / sqrt(var + eps) * gamma + beta, then ReLU when relu (one pass) */
     tfb_status (*bn_apply)(void *ctx, float *y, const float *x, const float *mean, const float *var,
-                           const float *gamma, const float *beta, int n, int c, int hw, float eps);
+                           const float *gamma, const float *beta, int n, int c, int hw, float eps, int relu);
     /* per channel: sum_dy = sum dy, sum_dy_xhat = sum dy * xhat (this rank's); dgamma += sum_dy_xhat, dbeta += sum_dy */
     tfb_status (*bn_bwd_reduce)(void *ctx, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
                                 const float *dy, const float *x, const float *mean, const float *var, int n, int c,

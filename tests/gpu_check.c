@@ -451,7 +451,11 @@ static void check_batchnorm_shape(int n, int c, int hw, const char *tag) {
     BOTH(be->bn_moments(be->ctx, F(mean), F(var), F(x), n, c, hw));
     pair mom[2] = {mean, var};
     verdict(BN_ROW("bn_moments"), "fp32", TOL_FP32, mom, 2);
-    BOTH(be->bn_apply(be->ctx, F(y), F(x), F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f));
+    pair yr = poisoned(nx);
+    BOTH(be->bn_apply(be->ctx, F(yr), F(x), F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f, 1));
+    verdict(BN_ROW("bn_apply_relu"), "fp32", TOL_FP32, &yr, 1);
+    release(&yr);
+    BOTH(be->bn_apply(be->ctx, F(y), F(x), F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f, 0));
     verdict(BN_ROW("bn_apply"), "fp32", TOL_FP32, &y, 1);
     BOTH(be->bn_bwd_reduce(be->ctx, F(sdy), F(sdx), F(dg), F(db), F(dy), F(x), F(mean), F(var), n, c, hw, 1e-5f));
     pair red[4] = {sdy, sdx, dg, db};

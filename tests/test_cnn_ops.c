@@ -77,11 +77,11 @@ static void conv_fp16_test(void) {
 }
 
 /* ---- batch norm in training mode: statistics of this batch ---- */
-typedef struct { int n, c, hw; float *x, *g, *b, *y, *mean, *var, *r; } bn_case;
+typedef struct { int n, c, hw, relu; float *x, *g, *b, *y, *mean, *var, *r; } bn_case;
 static double bn_loss(void *p) {
     bn_case *c = p;
     be->bn_moments(be->ctx, c->mean, c->var, c->x, c->n, c->c, c->hw);
-    be->bn_apply(be->ctx, c->y, c->x, c->mean, c->var, c->g, c->b, c->n, c->c, c->hw, 1e-5f);
+    be->bn_apply(be->ctx, c->y, c->x, c->mean, c->var, c->g, c->b, c->n, c->c, c->hw, 1e-5f, c->relu);
     return dot(c->y, c->r, (size_t)c->n * c->c * c->hw);
 }
 static void test_batchnorm(void) {
@@ -97,6 +97,16 @@ static void test_batchnorm(void) {
     double eb = fd_error(c.b, 4, db, bn_loss, &c);
     EXPECT("batchnorm_train_dx_vs_fd", ex < FD_TOL, "rel err %g", ex);
     EXPECT("batchnorm_dgamma_dbeta_vs_fd", eg < FD_TOL && eb < FD_TOL, "gamma %g beta %g", eg, eb);
+    float *yr = malloc(nx * 4);
+    int relu_ok = 1, negatives = 0;
+    bn_loss(&c); /* y again from the unperturbed inputs (fd_error leaves the last perturbed one) */
+    be->bn_apply(be->ctx, yr, c.x, c.mean, c.var, c.g, c.b, c.n, c.c, c.hw, 1e-5f, 1);
+    for (size_t i = 0; i < nx; i++) {
+        negatives += c.y[i] < 0;
+        relu_ok &= yr[i] == (c.y[i] > 0 ? c.y[i] : 0.0f);
+    }
+    EXPECT("batchnorm_apply_fused_relu", relu_ok && negatives > 0, "fused relu differs (%d negatives)", negatives);
+    free(yr);
     float rm[4] = {0}, rv[4] = {1, 1, 1, 1};
     be->bn_running_update(be->ctx, rm, rv, c.mean, c.var, 4, 0.1f, 15.0);
     EXPECT("batchnorm_running_stats", fabsf(rm[1] - 0.1f * c.mean[1]) < 1e-7f &&
@@ -254,16 +264,16 @@ static void pools_nhwc_test(void) {
 
 /* Batch norm on an NHWC tensor as (n*hw, c, 1), against the NCHW call on the same numbers. */
 static void bn_nhwc_test(void) {
-    enum { N = 3, C = 6, HW = 10, E = N * C * HW };
+    enum { N = 3, C = 20, HW = 10, E = N * C * HW };
     float *x = rand_vec(E), *dy = rand_vec(E), *g = rand_vec(C), *b = rand_vec(C);
     float m[2][C], v[2][C], y[E], dx[E], sdy[2][C], sdx[2][C], dg[2][C] = {{0}}, db[2][C] = {{0}}, yl[E], dxl[E];
     be->bn_moments(be->ctx, m[0], v[0], x, N, C, HW);
-    be->bn_apply(be->ctx, y, x, m[0], v[0], g, b, N, C, HW, 1e-5f);
+    be->bn_apply(be->ctx, y, x, m[0], v[0], g, b, N, C, HW, 1e-5f, 0);
     be->bn_bwd_reduce(be->ctx, sdy[0], sdx[0], dg[0], db[0], dy, x, m[0], v[0], N, C, HW, 1e-5f);
     be->bn_bwd_apply(be->ctx, dx, dy, x, m[0], v[0], g, sdy[0], sdx[0], N * HW, N, C, HW, 1e-5f);
     float *xl = reorder(x, N, C, HW, 1), *dyl = reorder(dy, N, C, HW, 1);
     be->bn_moments(be->ctx, m[1], v[1], xl, N * HW, C, 1);
-    be->bn_apply(be->ctx, yl, xl, m[1], v[1], g, b, N * HW, C, 1, 1e-5f);
+    be->bn_apply(be->ctx, yl, xl, m[1], v[1], g, b, N * HW, C, 1, 1e-5f, 0);
     be->bn_bwd_reduce(be->ctx, sdy[1], sdx[1], dg[1], db[1], dyl, xl, m[1], v[1], N * HW, C, 1, 1e-5f);
     be->bn_bwd_apply(be->ctx, dxl, dyl, xl, m[1], v[1], g, sdy[1], sdx[1], N * HW, N * HW, C, 1, 1e-5f);
     float *yb = reorder(yl, N, C, HW, 0), *dxb = reorder(dxl, N, C, HW, 0);

@@ -26,6 +26,16 @@ tfb_status tfb_cpu_maxpool_fwd_nhwc(float *y, int *argmax, const float *x, int n
 tfb_status tfb_cpu_maxpool_bwd_nhwc(float *dx, const float *dy, const int *argmax, int n, int c, int hw, int pq);
 tfb_status tfb_cpu_avgpool_fwd_nhwc(float *y, const float *x, int n, int c, int hw);
 tfb_status tfb_cpu_avgpool_bwd_nhwc(float *dx, const float *dy, int n, int c, int hw);
+/* ... and batch norm's ops on (rows, c) tensors, what the ops of the same names compute for hw == 1 */
+tfb_status tfb_cpu_bn_rows_moments(float *mean, float *var, const float *x, int rows, int c);
+tfb_status tfb_cpu_bn_rows_apply(float *y, const float *x, const float *mean, const float *var, const float *gamma,
+                                 const float *beta, int rows, int c, float eps, int relu);
+tfb_status tfb_cpu_bn_rows_bwd_reduce(float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
+                                      const float *dy, const float *x, const float *mean, const float *var, int rows,
+                                      int c, float eps);
+tfb_status tfb_cpu_bn_rows_bwd_apply(float *dx, const float *dy, const float *x, const float *mean, const float *var,
+                                     const float *gamma, const float *sum_dy, const float *sum_dy_xhat, double count,
+                                     int rows, int c, float eps);
 /* Scratch slot `slot` with room for n floats (NULL when out of memory). */
 float *tfb_cpu_scratch(void *ctx, int slot, size_t n);
 /* p (n elements of type t) as FP32: p itself, or widened (FP32 with tf32: rounded to TF32) into scratch `slot`. */

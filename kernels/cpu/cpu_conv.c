@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 #include "cpu.h"
+#include "../act.h"
 
 /* The output columns q in [*q0, *q1) whose input column q * stride - pad + s lies inside the image. */
 static void valid_cols(const tfb_conv_desc *d, int s, int *q0, int *q1) {
@@ -174,6 +175,7 @@ static tfb_status cpu_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *
 /* Each image plane is summed in FP32 vector lanes, the planes in double. */
 static tfb_status cpu_bn_moments(void *ctx, float *mean, float *var, const float *x, int n, int c, int hw) {
     (void)ctx;
+    if (hw == 1) return tfb_cpu_bn_rows_moments(mean, var, x, n, c);
 #pragma omp parallel for schedule(static)
     for (int ch = 0; ch < c; ch++) {
         double s = 0, ss = 0;
@@ -199,14 +201,18 @@ static tfb_status cpu_bn_moments(void *ctx, float *mean, float *var, const float
 }
 
 static tfb_status cpu_bn_apply(void *ctx, float *y, const float *x, const float *mean, const float *var,
-                               const float *gamma, const float *beta, int n, int c, int hw, float eps) {
+                               const float *gamma, const float *beta, int n, int c, int hw, float eps, int relu) {
     (void)ctx;
+    if (hw == 1) return tfb_cpu_bn_rows_apply(y, x, mean, var, gamma, beta, n, c, eps, relu);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++)
         for (int ch = 0; ch < c; ch++) {
             float scale = gamma[ch] / sqrtf(var[ch] + eps), shift = beta[ch] - mean[ch] * scale;
             size_t off = ((size_t)i * c + ch) * hw;
-            for (int j = 0; j < hw; j++) y[off + j] = x[off + j] * scale + shift;
+            for (int j = 0; j < hw; j++) {
+                float v = x[off + j] * scale + shift;
+                y[off + j] = relu ? tfb_act_value(TFB_ACT_RELU, v) : v;
+            }
         }
     return TFB_OK;
 }
@@ -215,6 +221,7 @@ static tfb_status cpu_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xhat
                                     const float *dy, const float *x, const float *mean, const float *var, int n,
                                     int c, int hw, float eps) {
     (void)ctx;
+    if (hw == 1) return tfb_cpu_bn_rows_bwd_reduce(sum_dy, sum_dy_xhat, dgamma, dbeta, dy, x, mean, var, n, c, eps);
 #pragma omp parallel for schedule(static)
     for (int ch = 0; ch < c; ch++) {
         double s = 0, sx = 0;
@@ -242,6 +249,8 @@ static tfb_status cpu_bn_bwd_apply(void *ctx, float *dx, const float *dy, const 
                                    const float *var, const float *gamma, const float *sum_dy,
                                    const float *sum_dy_xhat, double count, int n, int c, int hw, float eps) {
     (void)ctx;
+    if (hw == 1)
+        return tfb_cpu_bn_rows_bwd_apply(dx, dy, x, mean, var, gamma, sum_dy, sum_dy_xhat, count, n, c, eps);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++)
         for (int ch = 0; ch < c; ch++) {

@@ -5,13 +5,17 @@
  * each, (pixels, r*s*c) — every tap a contiguous run of c channels — times the filters as (k, r*s*c): the output
  * (pixels, k) is already NHWC, so no copy back is needed. 1x1 stride-1 convolutions use x itself as the operand.
  * Max pooling saves the argmax as the index within the image plane (ih * w + iw), as cpu_conv.c does for NCHW.
- * Batch norm needs no NHWC variant: an (n, h, w, c) tensor is (n*h*w, c, 1) to the NCHW ops. This file does not
- * widen 16-bit inputs itself (cpu_conv.c hands it FP32 operands) and has no NCHW code.
+ * Batch norm sees an (n, h, w, c) tensor as (n*h*w, c, 1); cpu_conv.c hands that shape (hw == 1) to the row
+ * versions here, which walk rows and keep a chunk of channels' sums in double, instead of striding down one
+ * channel at a time. This file does not widen 16-bit inputs itself (cpu_conv.c hands it FP32 operands) and has
+ * no NCHW code.
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cpu.h"
+#include "../act.h"
 
 /* Input row (or column) of output position o and tap t, or -1 outside the image. */
 static int tap_pos(int o, int t, int stride, int pad, int size) {
@@ -174,5 +178,97 @@ tfb_status tfb_cpu_avgpool_bwd_nhwc(float *dx, const float *dy, int n, int c, in
     for (int b = 0; b < n; b++)
         for (int j = 0; j < hw; j++)
             for (int ch = 0; ch < c; ch++) dx[((size_t)b * hw + j) * c + ch] = dy[(size_t)b * c + ch] / (float)hw;
+    return TFB_OK;
+}
+
+/* ---- batch norm on (rows, c): chunks of CH_CHUNK channels per thread, rows walked in order ---- */
+
+#define CH_CHUNK 16
+
+tfb_status tfb_cpu_bn_rows_moments(float *mean, float *var, const float *x, int rows, int c) {
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < c; c0 += CH_CHUNK) {
+        int w = c - c0 < CH_CHUNK ? c - c0 : CH_CHUNK;
+        double s[CH_CHUNK] = {0}, ss[CH_CHUNK] = {0};
+        float m[CH_CHUNK];
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < w; j++) s[j] += x[(size_t)r * c + c0 + j];
+        for (int j = 0; j < w; j++) m[j] = (float)(s[j] / rows);
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < w; j++) {
+                float d = x[(size_t)r * c + c0 + j] - m[j];
+                ss[j] += d * d;
+            }
+        for (int j = 0; j < w; j++) {
+            mean[c0 + j] = m[j];
+            var[c0 + j] = (float)(ss[j] / rows);
+        }
+    }
+    return TFB_OK;
+}
+
+tfb_status tfb_cpu_bn_rows_apply(float *y, const float *x, const float *mean, const float *var, const float *gamma,
+                                 const float *beta, int rows, int c, float eps, int relu) {
+    float *scale = malloc(2 * (size_t)c * sizeof *scale);
+    if (!scale) return TFB_ERR_NOMEM;
+    float *shift = scale + c;
+    for (int ch = 0; ch < c; ch++) {
+        scale[ch] = gamma[ch] / sqrtf(var[ch] + eps);
+        shift[ch] = beta[ch] - mean[ch] * scale[ch];
+    }
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++)
+        for (int ch = 0; ch < c; ch++) {
+            size_t i = (size_t)r * c + ch;
+            float v = x[i] * scale[ch] + shift[ch];
+            y[i] = relu ? tfb_act_value(TFB_ACT_RELU, v) : v;
+        }
+    free(scale);
+    return TFB_OK;
+}
+
+tfb_status tfb_cpu_bn_rows_bwd_reduce(float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
+                                      const float *dy, const float *x, const float *mean, const float *var, int rows,
+                                      int c, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < c; c0 += CH_CHUNK) {
+        int w = c - c0 < CH_CHUNK ? c - c0 : CH_CHUNK;
+        double s[CH_CHUNK] = {0}, sx[CH_CHUNK] = {0};
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < w; j++) {
+                size_t i = (size_t)r * c + c0 + j;
+                s[j] += dy[i];
+                sx[j] += (double)dy[i] * (x[i] - mean[c0 + j]);
+            }
+        for (int j = 0; j < w; j++) {
+            float t = (float)(sx[j] / sqrtf(var[c0 + j] + eps));
+            sum_dy[c0 + j] = (float)s[j];
+            sum_dy_xhat[c0 + j] = t;
+            dgamma[c0 + j] += t;
+            dbeta[c0 + j] += (float)s[j];
+        }
+    }
+    return TFB_OK;
+}
+
+tfb_status tfb_cpu_bn_rows_bwd_apply(float *dx, const float *dy, const float *x, const float *mean, const float *var,
+                                     const float *gamma, const float *sum_dy, const float *sum_dy_xhat, double count,
+                                     int rows, int c, float eps) {
+    float *k = malloc(4 * (size_t)c * sizeof *k); /* rstd, gamma rstd, mean dy, mean dy xhat */
+    if (!k) return TFB_ERR_NOMEM;
+    for (int ch = 0; ch < c; ch++) {
+        k[ch] = 1.0f / sqrtf(var[ch] + eps);
+        k[c + ch] = gamma[ch] * k[ch];
+        k[2 * c + ch] = (float)(sum_dy[ch] / count);
+        k[3 * c + ch] = (float)(sum_dy_xhat[ch] / count);
+    }
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++)
+        for (int ch = 0; ch < c; ch++) {
+            size_t i = (size_t)r * c + ch;
+            float xhat = (x[i] - mean[ch]) * k[ch];
+            dx[i] = k[c + ch] * (dy[i] - k[2 * c + ch] - xhat * k[3 * c + ch]);
+        }
+    free(k);
     return TFB_OK;
 }

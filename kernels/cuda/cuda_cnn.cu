@@ -13,6 +13,7 @@
  */
 #include <math.h>
 #include "cuda_internal.h"
+#include "../act.h"
 
 #define CH_THREADS 256
 #define BLOCKS_PER_SM 4
@@ -223,23 +224,23 @@ static tfb_status cuda_bn_moments(void *ctx, float *mean, float *var, const floa
 
 template <typename I>
 __global__ void k_bn_apply(float *y, const float *x, const float *mean, const float *var, const float *gamma,
-                           const float *beta, I total, I c, I hw, float eps) {
+                           const float *beta, I total, I c, I hw, float eps, int relu) {
     for (I e = blockIdx.x * (I)blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
         int ch = (int)(hw == 1 ? e % c : e / hw % c);
-        float scale = gamma[ch] * rsqrtf(var[ch] + eps);
-        y[e] = x[e] * scale + (beta[ch] - mean[ch] * scale);
+        float scale = gamma[ch] * rsqrtf(var[ch] + eps), v = x[e] * scale + (beta[ch] - mean[ch] * scale);
+        y[e] = relu ? tfb_act_value(TFB_ACT_RELU, v) : v;
     }
 }
 
 static tfb_status cuda_bn_apply(void *ctx, float *y, const float *x, const float *mean, const float *var,
-                                const float *gamma, const float *beta, int n, int c, int hw, float eps) {
+                                const float *gamma, const float *beta, int n, int c, int hw, float eps, int relu) {
     size_t total = (size_t)n * c * hw;
     if (index32(total))
         k_bn_apply<unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
-            y, x, mean, var, gamma, beta, (unsigned)total, (unsigned)c, (unsigned)hw, eps);
+            y, x, mean, var, gamma, beta, (unsigned)total, (unsigned)c, (unsigned)hw, eps, relu);
     else
-        k_bn_apply<size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(y, x, mean, var, gamma, beta,
-                                                                                    total, (size_t)c, (size_t)hw, eps);
+        k_bn_apply<size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+            y, x, mean, var, gamma, beta, total, (size_t)c, (size_t)hw, eps, relu);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
