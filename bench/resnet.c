@@ -44,7 +44,7 @@ typedef struct {
     float *xg;                 /* (n, C, H, W) gathered input, under tensor parallelism (not for block inputs) */
     float *z;                  /* (n, K, P, Q) convolution output */
     float *mean, *var;         /* (K) batch statistics used */
-    float *y;                  /* (n, K, P, Q) batch-norm output, ReLU applied in place when relu */
+    float *y;                  /* (n, K, P, Q) batch-norm output, ReLU applied (same pass) when relu */
     int relu;
 } rn_unit;
 
@@ -103,7 +103,7 @@ typedef struct {
     float *dz;                 /* (largest activation) batch-norm input gradient */
     float *bn_sums;            /* (2 * largest K): a unit's sum dy (K) then sum dy * xhat (K), one all-reduce apart */
     float *bn_mine;            /* (largest K) this rank's batch mean, under synchronised batch norm */
-    void *lp[2];               /* 16-bit casts of activation operands */
+    void *lp[2];               /* 16-bit casts of activation operands; lp[1] also takes the 16-bit dz of unit_bwd */
     size_t max_act, max_full, max_k;
     struct { float *z, *y, *mean, *var, *xg; size_t out, in, k; } rc[4]; /* checkpointing: one block's unit
                                   buffers (units 0..2, 3: projection), each sized for the largest on the stage */
@@ -738,25 +738,27 @@ static tfb_status resnet_forward(void *self, int step, int mb, int slot, double 
 
 /* ---- backward ---- */
 
-/* dy (n, K, P, Q) is the gradient of the unit's output (ReLU applied in place); dx, when not NULL, receives the
- * gradient of its whole input (this rank's share of the sum under tensor parallelism). */
-static tfb_status unit_bwd(resnet_model *m, rn_unit *u, float *dy, float *dx) {
+/* dy (n, K, P, Q) is the gradient of the unit's output (of its ReLU's output when relu: batch norm's backward
+ * masks it); dx, when not NULL, receives the gradient of its whole input (this rank's share of the sum under
+ * tensor parallelism). The convolution's output gradient dz is written in the GEMM type by batch norm's backward
+ * (m->lp[1] for 16-bit, else m->dz), so no cast pass runs between them. */
+static tfb_status unit_bwd(resnet_model *m, rn_unit *u, const float *dy, float *dx) {
     tfb_backend *be = m->be;
     const tfb_conv_desc *d = &u->cd;
     int rows, hw;
-    const void *x, *dz;
+    const void *x;
     bn_view(m, u, &rows, &hw);
-    if (u->relu) TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_RELU, dy, dy, u->y, unit_out(u)));
     float *sum_dy = m->bn_sums, *sum_dy_xhat = m->bn_sums + d->k;
-    TFB_CHECK(be->bn_bwd_reduce(be->ctx, sum_dy, sum_dy_xhat, u->dgamma, u->dbeta, dy, u->z, u->mean, u->var, rows,
-                                d->k, hw, BN_EPS));
+    TFB_CHECK(be->bn_bwd_reduce(be->ctx, sum_dy, sum_dy_xhat, u->dgamma, u->dbeta, dy, u->z, u->mean, u->var,
+                                u->gamma, u->beta, rows, d->k, hw, BN_EPS, u->relu));
     int sync = m->wc.sync_bn && m->wc.dp_size > 1;
     if (sync) TFB_CHECK(m->wc.group_sum(m->wc.group_sum_ctx, m->bn_sums, 2 * d->k));
     double count = (double)rows * hw * (sync ? m->wc.dp_size : 1);
-    TFB_CHECK(be->bn_bwd_apply(be->ctx, m->dz, dy, u->z, u->mean, u->var, u->gamma, sum_dy, sum_dy_xhat, count, rows,
-                               d->k, hw, BN_EPS));
+    tfb_dtype gt = m->wc.gemm_type;
+    void *dz = gt == TFB_F32 ? (void *)m->dz : m->lp[1];
+    TFB_CHECK(be->bn_bwd_apply(be->ctx, dz, gt, dy, u->z, u->mean, u->var, u->gamma, u->beta, sum_dy, sum_dy_xhat,
+                               count, rows, d->k, hw, BN_EPS, u->relu));
     TFB_CHECK(lp_act(m, 0, u->x, unit_in(u), &x));
-    TFB_CHECK(lp_act(m, 1, m->dz, unit_out(u), &dz));
     TFB_CHECK(be->conv_bwd_filter(be->ctx, d, u->dw, x, dz));
     if (dx) TFB_CHECK(be->conv_bwd_data(be->ctx, d, dx, dz, lp_weight(m, u->w)));
     return TFB_OK;

@@ -190,18 +190,24 @@ struct tfb_backend {
     tfb_status (*conv_bwd_filter)(void *ctx, const tfb_conv_desc *d, float *dw, const void *x, const void *dy);
     /* mean, var (c): batch mean and biased variance of x (n, c, hw) per channel (two-pass) */
     tfb_status (*bn_moments)(void *ctx, float *mean, float *var, const float *x, int n, int c, int hw);
-    /* y (n, c, hw) = (x - mean) / sqrt(var + eps) * gamma + beta, then ReLU when relu (one pass) */
+    /* y (n, c, hw) = x * scale + shift, scale = gamma / sqrt(var + eps), shift = beta - mean * scale
+     * (tfb_bn_affine), then ReLU when relu (one pass) */
     tfb_status (*bn_apply)(void *ctx, float *y, const float *x, const float *mean, const float *var,
                            const float *gamma, const float *beta, int n, int c, int hw, float eps, int relu);
-    /* per channel: sum_dy = sum dy, sum_dy_xhat = sum dy * xhat (this rank's); dgamma += sum_dy_xhat, dbeta += sum_dy */
+    /* The backward of bn_apply with its relu, given x (n, c, hw) and the output's gradient dy: g = dy, and with
+     * relu g = dy where the forward's output before the ReLU, x * scale + shift, is > 0 (recomputed from x with
+     * bn_apply's formula, so no ReLU backward pass and no read of y). Per channel: sum_dy = sum g, sum_dy_xhat =
+     * sum g * xhat (this rank's); dgamma += sum_dy_xhat, dbeta += sum_dy */
     tfb_status (*bn_bwd_reduce)(void *ctx, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
-                                const float *dy, const float *x, const float *mean, const float *var, int n, int c,
-                                int hw, float eps);
-    /* dx = gamma * rstd * (dy - sum_dy / count - xhat * sum_dy_xhat / count); count: elements per channel the sums
-     * cover (all ranks' under synchronised batch norm) */
-    tfb_status (*bn_bwd_apply)(void *ctx, float *dx, const float *dy, const float *x, const float *mean,
-                               const float *var, const float *gamma, const float *sum_dy, const float *sum_dy_xhat,
-                               double count, int n, int c, int hw, float eps);
+                                const float *dy, const float *x, const float *mean, const float *var,
+                                const float *gamma, const float *beta, int n, int c, int hw, float eps, int relu);
+    /* dx (n, c, hw) of dx_type = gamma * rstd * (g - sum_dy / count - xhat * sum_dy_xhat / count), g as above;
+     * count: elements per channel the sums cover (all ranks' under synchronised batch norm). A 16-bit dx_type
+     * rounds dx as it is written, for a convolution's backward to read directly. */
+    tfb_status (*bn_bwd_apply)(void *ctx, void *dx, tfb_dtype dx_type, const float *dy, const float *x,
+                               const float *mean, const float *var, const float *gamma, const float *beta,
+                               const float *sum_dy, const float *sum_dy_xhat, double count, int n, int c, int hw,
+                               float eps, int relu);
     /* Synchronised batch norm, between two sums over `ranks` equal-sized batches: mean (c) arrives as the sum of
      * their means and leaves as the mean; var (c) arrives as this rank's variance about its own mean mine (c) and
      * leaves as its share of the pooled variance, (var + (mine - mean)^2) / ranks, so summing the shares gives the

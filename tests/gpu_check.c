@@ -437,12 +437,37 @@ static void check_marks(void) {
 
 /* ---- convolutional-network ops ---- */
 
+#define BN_ROW(op) (snprintf(name, sizeof name, "%s%s", op, tag), name)
+
+/* Batch norm's backward with its fused ReLU on the device against the CPU's plain backward of dy masked where the
+ * device's own forward output y is not positive: so the device's recomputed mask must be its forward's. The
+ * input gradient also in FP16, as the convolution's backward reads it. */
+static void check_bn_relu_bwd(int n, int c, int hw, const char *tag, pair x, pair dy, pair y, pair mean, pair var,
+                              pair g, pair bt) {
+    char name[64];
+    size_t nx = (size_t)n * c * hw;
+    float *yd = download(1, &y), *dyh = download(0, &dy);
+    for (size_t i = 0; i < nx; i++) dyh[i] = yd[i] > 0 ? dyh[i] : 0.0f;
+    pair dym = upload(dyh, nx, 4), s = poisoned(2 * (size_t)c), acc = rand_f32(2 * (size_t)c, -1, 1);
+    pair dx = poisoned(nx), h = rand_typed(nx, TFB_F16);
+    free(yd);
+    free(dyh);
+    BOTH(be->bn_bwd_reduce(be->ctx, F(s), F(s) + c, F(acc), F(acc) + c, b ? F(dy) : F(dym), F(x), F(mean), F(var),
+                           F(g), F(bt), n, c, hw, 1e-5f, b));
+    pair red[2] = {s, acc};
+    verdict(BN_ROW("bn_bwd_reduce_relu"), "fp32", TOL_FP32, red, 2);
+    BOTH(be->bn_bwd_apply(be->ctx, V(h), TFB_F16, b ? F(dy) : F(dym), F(x), F(mean), F(var), F(g), F(bt), F(s),
+                          F(s) + c, (double)n * hw, n, c, hw, 1e-5f, b));
+    BOTH(be->cast(be->ctx, F(dx), TFB_F32, V(h), TFB_F16, nx));
+    verdict(BN_ROW("bn_bwd_apply_relu"), "fp16", TOL_16, &dx, 1);
+    release(&dym); release(&s); release(&acc); release(&dx); release(&h);
+}
+
 /* One shape; `tag` names the rows after the first shape's. The CUDA channel reductions split each channel over
  * several blocks when there are few channels: 16 channels give every plane a block of its own, 100 channels of 10
  * planes split them unevenly, and 640 channels (more than four blocks per SM on an H200) take one block each. */
 static void check_batchnorm_shape(int n, int c, int hw, const char *tag) {
     char name[64];
-#define BN_ROW(op) (snprintf(name, sizeof name, "%s%s", op, tag), name)
     size_t nx = (size_t)n * c * hw;
     pair x = rand_f32(nx, -2, 3), g = rand_f32((size_t)c, 0.5f, 1.5f), bt = rand_f32((size_t)c, -1, 1);
     pair mean = poisoned((size_t)c), var = poisoned((size_t)c), y = poisoned(nx), dy = rand_f32(nx, -1, 1);
@@ -457,12 +482,14 @@ static void check_batchnorm_shape(int n, int c, int hw, const char *tag) {
     release(&yr);
     BOTH(be->bn_apply(be->ctx, F(y), F(x), F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f, 0));
     verdict(BN_ROW("bn_apply"), "fp32", TOL_FP32, &y, 1);
-    BOTH(be->bn_bwd_reduce(be->ctx, F(sdy), F(sdx), F(dg), F(db), F(dy), F(x), F(mean), F(var), n, c, hw, 1e-5f));
+    BOTH(be->bn_bwd_reduce(be->ctx, F(sdy), F(sdx), F(dg), F(db), F(dy), F(x), F(mean), F(var), F(g), F(bt), n, c,
+                           hw, 1e-5f, 0));
     pair red[4] = {sdy, sdx, dg, db};
     verdict(BN_ROW("bn_bwd_reduce"), "fp32", TOL_FP32, red, 4);
-    BOTH(be->bn_bwd_apply(be->ctx, F(dx), F(dy), F(x), F(mean), F(var), F(g), F(sdy), F(sdx), (double)n * hw, n, c,
-                          hw, 1e-5f));
+    BOTH(be->bn_bwd_apply(be->ctx, F(dx), TFB_F32, F(dy), F(x), F(mean), F(var), F(g), F(bt), F(sdy), F(sdx),
+                          (double)n * hw, n, c, hw, 1e-5f, 0));
     verdict(BN_ROW("bn_bwd_apply"), "fp32", TOL_FP32, &dx, 1);
+    check_bn_relu_bwd(n, c, hw, tag, x, dy, y, mean, var, g, bt);
     BOTH(be->bn_running_update(be->ctx, F(rm), F(rv), F(mean), F(var), c, 0.1f, (double)n * hw));
     pair run[2] = {rm, rv};
     verdict(BN_ROW("bn_running_update"), "fp32", TOL_FP32, run, 2);

@@ -91,8 +91,8 @@ static void test_batchnorm(void) {
     c.y = malloc(nx * 4); c.mean = malloc(16); c.var = malloc(16);
     float *dx = malloc(nx * 4), *dg = calloc(4, 4), *db = calloc(4, 4), sdy[4], sdx[4];
     bn_loss(&c);
-    be->bn_bwd_reduce(be->ctx, sdy, sdx, dg, db, c.r, c.x, c.mean, c.var, c.n, c.c, c.hw, 1e-5f);
-    be->bn_bwd_apply(be->ctx, dx, c.r, c.x, c.mean, c.var, c.g, sdy, sdx, 15.0, c.n, c.c, c.hw, 1e-5f);
+    be->bn_bwd_reduce(be->ctx, sdy, sdx, dg, db, c.r, c.x, c.mean, c.var, c.g, c.b, c.n, c.c, c.hw, 1e-5f, 0);
+    be->bn_bwd_apply(be->ctx, dx, TFB_F32, c.r, c.x, c.mean, c.var, c.g, c.b, sdy, sdx, 15.0, c.n, c.c, c.hw, 1e-5f, 0);
     double ex = fd_error(c.x, nx, dx, bn_loss, &c), eg = fd_error(c.g, 4, dg, bn_loss, &c);
     double eb = fd_error(c.b, 4, db, bn_loss, &c);
     EXPECT("batchnorm_train_dx_vs_fd", ex < FD_TOL, "rel err %g", ex);
@@ -111,6 +111,57 @@ static void test_batchnorm(void) {
     be->bn_running_update(be->ctx, rm, rv, c.mean, c.var, 4, 0.1f, 15.0);
     EXPECT("batchnorm_running_stats", fabsf(rm[1] - 0.1f * c.mean[1]) < 1e-7f &&
                                           fabsf(rv[1] - (0.9f + 0.1f * c.var[1] * 15 / 14)) < 1e-6f, "rm %g rv %g", rm[1], rv[1]);
+}
+
+/* max |a - b| / max |a| over n values (infinity on a NaN) */
+static double max_rel_diff(const float *a, const float *b, size_t n) {
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs((double)a[i]));
+    }
+    return scale > 0 ? worst / scale : worst;
+}
+
+/* Batch norm's backward with its fused ReLU (the mask recomputed from x) against the plain backward of dy masked
+ * where the forward's output is not positive; and its 16-bit dx against the FP32 dx rounded. In the
+ * NCHW shape (n, c, hw) and, with hw == 1, the (rows, c) shape of NHWC tensors. */
+static void bn_relu_bwd_test(int n, int c, int hw, const char *name) {
+    size_t e = (size_t)n * c * hw;
+    float *x = rand_vec(e), *dy = rand_vec(e), *g = rand_vec(c), *b = rand_vec(c), *y = malloc(e * 4);
+    float *dym = malloc(e * 4), *dx[2] = {malloc(e * 4), malloc(e * 4)}, *st[2] = {calloc(4 * c, 4), calloc(4 * c, 4)};
+    float *mean = malloc(c * 4), *var = malloc(c * 4), *dx32 = malloc(e * 4);
+    uint16_t *h[2] = {malloc(e * 2), malloc(e * 2)};
+    be->bn_moments(be->ctx, mean, var, x, n, c, hw);
+    be->bn_apply(be->ctx, y, x, mean, var, g, b, n, c, hw, 1e-5f, 0);
+    int masked = 0, same = 1, rounded = 1;
+    for (size_t i = 0; i < e; i++) {
+        dym[i] = y[i] > 0 ? dy[i] : 0.0f;
+        masked += y[i] <= 0 && dy[i] != 0;
+    }
+    for (int relu = 0; relu < 2; relu++) {
+        float *s = st[relu];
+        be->bn_bwd_reduce(be->ctx, s, s + c, s + 2 * c, s + 3 * c, relu ? dy : dym, x, mean, var, g, b, n, c, hw, 1e-5f,
+                          relu);
+        be->bn_bwd_apply(be->ctx, dx[relu], TFB_F32, relu ? dy : dym, x, mean, var, g, b, s, s + c, (double)n * hw,
+                         n, c, hw, 1e-5f, relu);
+    }
+    /* the same sums; a compiler may vectorise the two paths' reductions differently, so not bit for bit */
+    same = max_rel_diff(st[0], st[1], 4 * (size_t)c) < 1e-6 && max_rel_diff(dx[0], dx[1], e) < 1e-6;
+    for (int k = 0; k < 2; k++) {
+        tfb_dtype t = k ? TFB_BF16 : TFB_F16;
+        be->bn_bwd_apply(be->ctx, h[0], t, dy, x, mean, var, g, b, st[1], st[1] + c, (double)n * hw, n, c, hw, 1e-5f, 1);
+        be->cast(be->ctx, h[1], t, dx[1], TFB_F32, e);
+        be->cast(be->ctx, dx32, TFB_F32, h[0], t, e);
+        size_t nonzero = 0; /* a channel whose every output the ReLU cut has dx 0; most are not */
+        for (size_t i = 0; i < e; i++) nonzero += dx32[i] != 0.0f;
+        rounded &= !memcmp(h[0], h[1], e * 2) && nonzero > e / 2;
+    }
+    EXPECT(name, same && rounded && masked > 0, "fused relu backward %s, 16-bit dx %s (%d masked)",
+           same ? "equal" : "DIFFERS", rounded ? "equal" : "DIFFERS", masked);
+    free(x); free(dy); free(g); free(b); free(y); free(dym); free(dx[0]); free(dx[1]); free(st[0]); free(st[1]);
+    free(mean); free(var); free(dx32); free(h[0]); free(h[1]);
 }
 
 /* Synchronised batch norm: R ranks each holding n images of the batch reach the whole batch's moments by summing
@@ -269,13 +320,14 @@ static void bn_nhwc_test(void) {
     float m[2][C], v[2][C], y[E], dx[E], sdy[2][C], sdx[2][C], dg[2][C] = {{0}}, db[2][C] = {{0}}, yl[E], dxl[E];
     be->bn_moments(be->ctx, m[0], v[0], x, N, C, HW);
     be->bn_apply(be->ctx, y, x, m[0], v[0], g, b, N, C, HW, 1e-5f, 0);
-    be->bn_bwd_reduce(be->ctx, sdy[0], sdx[0], dg[0], db[0], dy, x, m[0], v[0], N, C, HW, 1e-5f);
-    be->bn_bwd_apply(be->ctx, dx, dy, x, m[0], v[0], g, sdy[0], sdx[0], N * HW, N, C, HW, 1e-5f);
+    be->bn_bwd_reduce(be->ctx, sdy[0], sdx[0], dg[0], db[0], dy, x, m[0], v[0], g, b, N, C, HW, 1e-5f, 0);
+    be->bn_bwd_apply(be->ctx, dx, TFB_F32, dy, x, m[0], v[0], g, b, sdy[0], sdx[0], N * HW, N, C, HW, 1e-5f, 0);
     float *xl = reorder(x, N, C, HW, 1), *dyl = reorder(dy, N, C, HW, 1);
     be->bn_moments(be->ctx, m[1], v[1], xl, N * HW, C, 1);
     be->bn_apply(be->ctx, yl, xl, m[1], v[1], g, b, N * HW, C, 1, 1e-5f, 0);
-    be->bn_bwd_reduce(be->ctx, sdy[1], sdx[1], dg[1], db[1], dyl, xl, m[1], v[1], N * HW, C, 1, 1e-5f);
-    be->bn_bwd_apply(be->ctx, dxl, dyl, xl, m[1], v[1], g, sdy[1], sdx[1], N * HW, N * HW, C, 1, 1e-5f);
+    be->bn_bwd_reduce(be->ctx, sdy[1], sdx[1], dg[1], db[1], dyl, xl, m[1], v[1], g, b, N * HW, C, 1, 1e-5f, 0);
+    be->bn_bwd_apply(be->ctx, dxl, TFB_F32, dyl, xl, m[1], v[1], g, b, sdy[1], sdx[1], N * HW, N * HW, C, 1, 1e-5f,
+                     0);
     float *yb = reorder(yl, N, C, HW, 0), *dxb = reorder(dxl, N, C, HW, 0);
     double e = fmax(rel_diff(m[0], m[1], C), rel_diff(v[0], v[1], C));
     e = fmax(e, fmax(rel_diff(y, yb, E), rel_diff(dx, dxb, E)));
@@ -318,6 +370,8 @@ int main(void) {
     pools_nhwc_test();
     bn_nhwc_test();
     test_batchnorm();
+    bn_relu_bwd_test(3, 4, 5, "batchnorm_bwd_fused_relu_and_16bit_dx_nchw");
+    bn_relu_bwd_test(37, 20, 1, "batchnorm_bwd_fused_relu_and_16bit_dx_rows");
     test_bn_moments_merge(2);
     test_bn_moments_merge(3);
     test_pools();

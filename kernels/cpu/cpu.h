@@ -6,6 +6,13 @@
 #ifndef TFB_CPU_H
 #define TFB_CPU_H
 #include "../backend.h"
+#include "../half.h"
+
+/* x as element i of p, a tensor of type t (16-bit: rounded to nearest even). */
+static inline void tfb_cpu_store(void *p, tfb_dtype t, size_t i, float x) {
+    if (t == TFB_F32) ((float *)p)[i] = x;
+    else ((uint16_t *)p)[i] = t == TFB_F16 ? tfb_f32_to_f16(x) : tfb_f32_to_bf16(x);
+}
 
 /* Scratch slots of the CPU backend's context: FP32 buffers that grow to the largest request. */
 enum { TFB_CPU_SLOT_GEMM_A, TFB_CPU_SLOT_GEMM_B, TFB_CPU_SLOT_CONV_X, TFB_CPU_SLOT_CONV_W, TFB_CPU_SLOT_CONV_DY,
@@ -31,11 +38,11 @@ tfb_status tfb_cpu_bn_rows_moments(float *mean, float *var, const float *x, int 
 tfb_status tfb_cpu_bn_rows_apply(float *y, const float *x, const float *mean, const float *var, const float *gamma,
                                  const float *beta, int rows, int c, float eps, int relu);
 tfb_status tfb_cpu_bn_rows_bwd_reduce(float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
-                                      const float *dy, const float *x, const float *mean, const float *var, int rows,
-                                      int c, float eps);
-tfb_status tfb_cpu_bn_rows_bwd_apply(float *dx, const float *dy, const float *x, const float *mean, const float *var,
-                                     const float *gamma, const float *sum_dy, const float *sum_dy_xhat, double count,
-                                     int rows, int c, float eps);
+                                      const float *dy, const float *x, const float *mean, const float *var,
+                                      const float *gamma, const float *beta, int rows, int c, float eps, int relu);
+tfb_status tfb_cpu_bn_rows_bwd_apply(void *dx, tfb_dtype dx_type, const float *dy, const float *x, const float *mean,
+                                     const float *var, const float *gamma, const float *beta, const float *sum_dy,
+                                     const float *sum_dy_xhat, double count, int rows, int c, float eps, int relu);
 /* Scratch slot `slot` with room for n floats (NULL when out of memory). */
 float *tfb_cpu_scratch(void *ctx, int slot, size_t n);
 /* p (n elements of type t) as FP32: p itself, or widened (FP32 with tf32: rounded to TF32) into scratch `slot`. */

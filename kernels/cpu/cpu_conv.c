@@ -207,32 +207,42 @@ static tfb_status cpu_bn_apply(void *ctx, float *y, const float *x, const float 
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++)
         for (int ch = 0; ch < c; ch++) {
-            float scale = gamma[ch] / sqrtf(var[ch] + eps), shift = beta[ch] - mean[ch] * scale;
+            float scale, shift;
+            tfb_bn_affine(mean[ch], var[ch], gamma[ch], beta[ch], eps, &scale, &shift);
             size_t off = ((size_t)i * c + ch) * hw;
             for (int j = 0; j < hw; j++) {
-                float v = x[off + j] * scale + shift;
+                float v = tfb_bn_value(x[off + j], scale, shift);
                 y[off + j] = relu ? tfb_act_value(TFB_ACT_RELU, v) : v;
             }
         }
     return TFB_OK;
 }
 
+/* dy where the ReLU after batch norm passed its input (always, without relu) */
+static inline float relu_gated(float dy, float x, float scale, float shift, int relu) {
+    return !relu || tfb_bn_value(x, scale, shift) > 0.0f ? dy : 0.0f;
+}
+
 static tfb_status cpu_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
-                                    const float *dy, const float *x, const float *mean, const float *var, int n,
-                                    int c, int hw, float eps) {
+                                    const float *dy, const float *x, const float *mean, const float *var,
+                                    const float *gamma, const float *beta, int n, int c, int hw, float eps, int relu) {
     (void)ctx;
-    if (hw == 1) return tfb_cpu_bn_rows_bwd_reduce(sum_dy, sum_dy_xhat, dgamma, dbeta, dy, x, mean, var, n, c, eps);
+    if (hw == 1)
+        return tfb_cpu_bn_rows_bwd_reduce(sum_dy, sum_dy_xhat, dgamma, dbeta, dy, x, mean, var, gamma, beta, n, c,
+                                          eps, relu);
 #pragma omp parallel for schedule(static)
     for (int ch = 0; ch < c; ch++) {
         double s = 0, sx = 0;
-        float rstd = 1.0f / sqrtf(var[ch] + eps), m = mean[ch];
+        float rstd = 1.0f / sqrtf(var[ch] + eps), m = mean[ch], scale, shift;
+        tfb_bn_affine(mean[ch], var[ch], gamma[ch], beta[ch], eps, &scale, &shift);
         for (int i = 0; i < n; i++) {
             const float *g = dy + ((size_t)i * c + ch) * hw, *v = x + ((size_t)i * c + ch) * hw;
             float ps = 0.0f, psx = 0.0f;
 #pragma omp simd reduction(+ : ps, psx)
             for (int j = 0; j < hw; j++) {
-                ps += g[j];
-                psx += g[j] * (v[j] - m);
+                float gj = relu_gated(g[j], v[j], scale, shift, relu);
+                ps += gj;
+                psx += gj * (v[j] - m);
             }
             s += ps;
             sx += (double)psx * rstd;
@@ -245,21 +255,24 @@ static tfb_status cpu_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xhat
     return TFB_OK;
 }
 
-static tfb_status cpu_bn_bwd_apply(void *ctx, float *dx, const float *dy, const float *x, const float *mean,
-                                   const float *var, const float *gamma, const float *sum_dy,
-                                   const float *sum_dy_xhat, double count, int n, int c, int hw, float eps) {
+static tfb_status cpu_bn_bwd_apply(void *ctx, void *dx, tfb_dtype dx_type, const float *dy, const float *x,
+                                   const float *mean, const float *var, const float *gamma, const float *beta,
+                                   const float *sum_dy, const float *sum_dy_xhat, double count, int n, int c, int hw,
+                                   float eps, int relu) {
     (void)ctx;
     if (hw == 1)
-        return tfb_cpu_bn_rows_bwd_apply(dx, dy, x, mean, var, gamma, sum_dy, sum_dy_xhat, count, n, c, eps);
+        return tfb_cpu_bn_rows_bwd_apply(dx, dx_type, dy, x, mean, var, gamma, beta, sum_dy, sum_dy_xhat, count, n,
+                                         c, eps, relu);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++)
         for (int ch = 0; ch < c; ch++) {
-            float rstd = 1.0f / sqrtf(var[ch] + eps), g = gamma[ch] * rstd;
+            float rstd = 1.0f / sqrtf(var[ch] + eps), g = gamma[ch] * rstd, scale, shift;
             float mdy = (float)(sum_dy[ch] / count), mdx = (float)(sum_dy_xhat[ch] / count);
+            tfb_bn_affine(mean[ch], var[ch], gamma[ch], beta[ch], eps, &scale, &shift);
             size_t off = ((size_t)i * c + ch) * hw;
             for (int j = 0; j < hw; j++) {
-                float xhat = (x[off + j] - mean[ch]) * rstd;
-                dx[off + j] = g * (dy[off + j] - mdy - xhat * mdx);
+                float xhat = (x[off + j] - mean[ch]) * rstd, gj = relu_gated(dy[off + j], x[off + j], scale, shift, relu);
+                tfb_cpu_store(dx, dx_type, off + j, g * (gj - mdy - xhat * mdx));
             }
         }
     return TFB_OK;

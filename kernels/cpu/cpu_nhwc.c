@@ -212,33 +212,40 @@ tfb_status tfb_cpu_bn_rows_apply(float *y, const float *x, const float *mean, co
     float *scale = malloc(2 * (size_t)c * sizeof *scale);
     if (!scale) return TFB_ERR_NOMEM;
     float *shift = scale + c;
-    for (int ch = 0; ch < c; ch++) {
-        scale[ch] = gamma[ch] / sqrtf(var[ch] + eps);
-        shift[ch] = beta[ch] - mean[ch] * scale[ch];
-    }
+    for (int ch = 0; ch < c; ch++) tfb_bn_affine(mean[ch], var[ch], gamma[ch], beta[ch], eps, &scale[ch], &shift[ch]);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++)
         for (int ch = 0; ch < c; ch++) {
             size_t i = (size_t)r * c + ch;
-            float v = x[i] * scale[ch] + shift[ch];
+            float v = tfb_bn_value(x[i], scale[ch], shift[ch]);
             y[i] = relu ? tfb_act_value(TFB_ACT_RELU, v) : v;
         }
     free(scale);
     return TFB_OK;
 }
 
+/* sc: each channel's (scale, shift) of bn_apply's affine map, for the ReLU mask (chunk of w channels from c0) */
+static void rows_affine(float *sc, const float *mean, const float *var, const float *gamma, const float *beta,
+                        int c0, int w, float eps) {
+    for (int j = 0; j < w; j++)
+        tfb_bn_affine(mean[c0 + j], var[c0 + j], gamma[c0 + j], beta[c0 + j], eps, &sc[2 * j], &sc[2 * j + 1]);
+}
+
 tfb_status tfb_cpu_bn_rows_bwd_reduce(float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
-                                      const float *dy, const float *x, const float *mean, const float *var, int rows,
-                                      int c, float eps) {
+                                      const float *dy, const float *x, const float *mean, const float *var,
+                                      const float *gamma, const float *beta, int rows, int c, float eps, int relu) {
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < c; c0 += CH_CHUNK) {
         int w = c - c0 < CH_CHUNK ? c - c0 : CH_CHUNK;
         double s[CH_CHUNK] = {0}, sx[CH_CHUNK] = {0};
+        float sc[2 * CH_CHUNK];
+        rows_affine(sc, mean, var, gamma, beta, c0, w, eps);
         for (int r = 0; r < rows; r++)
             for (int j = 0; j < w; j++) {
                 size_t i = (size_t)r * c + c0 + j;
-                s[j] += dy[i];
-                sx[j] += (double)dy[i] * (x[i] - mean[c0 + j]);
+                float g = !relu || tfb_bn_value(x[i], sc[2 * j], sc[2 * j + 1]) > 0.0f ? dy[i] : 0.0f;
+                s[j] += g;
+                sx[j] += (double)g * (x[i] - mean[c0 + j]);
             }
         for (int j = 0; j < w; j++) {
             float t = (float)(sx[j] / sqrtf(var[c0 + j] + eps));
@@ -251,23 +258,25 @@ tfb_status tfb_cpu_bn_rows_bwd_reduce(float *sum_dy, float *sum_dy_xhat, float *
     return TFB_OK;
 }
 
-tfb_status tfb_cpu_bn_rows_bwd_apply(float *dx, const float *dy, const float *x, const float *mean, const float *var,
-                                     const float *gamma, const float *sum_dy, const float *sum_dy_xhat, double count,
-                                     int rows, int c, float eps) {
-    float *k = malloc(4 * (size_t)c * sizeof *k); /* rstd, gamma rstd, mean dy, mean dy xhat */
+tfb_status tfb_cpu_bn_rows_bwd_apply(void *dx, tfb_dtype dx_type, const float *dy, const float *x, const float *mean,
+                                     const float *var, const float *gamma, const float *beta, const float *sum_dy,
+                                     const float *sum_dy_xhat, double count, int rows, int c, float eps, int relu) {
+    float *k = malloc(6 * (size_t)c * sizeof *k); /* rstd, gamma rstd, mean dy, mean dy xhat, scale, shift */
     if (!k) return TFB_ERR_NOMEM;
     for (int ch = 0; ch < c; ch++) {
         k[ch] = 1.0f / sqrtf(var[ch] + eps);
         k[c + ch] = gamma[ch] * k[ch];
         k[2 * c + ch] = (float)(sum_dy[ch] / count);
         k[3 * c + ch] = (float)(sum_dy_xhat[ch] / count);
+        tfb_bn_affine(mean[ch], var[ch], gamma[ch], beta[ch], eps, &k[4 * c + ch], &k[5 * c + ch]);
     }
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++)
         for (int ch = 0; ch < c; ch++) {
             size_t i = (size_t)r * c + ch;
             float xhat = (x[i] - mean[ch]) * k[ch];
-            dx[i] = k[c + ch] * (dy[i] - k[2 * c + ch] - xhat * k[3 * c + ch]);
+            float g = !relu || tfb_bn_value(x[i], k[4 * c + ch], k[5 * c + ch]) > 0.0f ? dy[i] : 0.0f;
+            tfb_cpu_store(dx, dx_type, i, k[c + ch] * (g - k[2 * c + ch] - xhat * k[3 * c + ch]));
         }
     free(k);
     return TFB_OK;

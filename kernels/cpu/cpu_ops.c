@@ -333,16 +333,11 @@ static float load_elem(const void *p, tfb_dtype t, size_t i) {
     return t == TFB_F16 ? tfb_f16_to_f32(h) : tfb_bf16_to_f32(h);
 }
 
-static void store_elem(void *p, tfb_dtype t, size_t i, float x) {
-    if (t == TFB_F32) ((float *)p)[i] = x;
-    else ((uint16_t *)p)[i] = t == TFB_F16 ? tfb_f32_to_f16(x) : tfb_f32_to_bf16(x);
-}
-
 static tfb_status cpu_cast(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type,
                            size_t n) {
     (void)ctx;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) store_elem(dst, dst_type, i, load_elem(src, src_type, i));
+    for (size_t i = 0; i < n; i++) tfb_cpu_store(dst, dst_type, i, load_elem(src, src_type, i));
     return TFB_OK;
 }
 

@@ -7,7 +7,10 @@
  * Convolution: NCHW or NHWC tensors (NHWC filters (k, r, s, c)) in the input type with FP32 compute. cuDNN's search (cudnnFind*) picks the algorithm
  * once per shape, the first time the shape is seen (a warm-up step), and the plan is cached. 16-bit outputs are
  * staged in the input type and widened to FP32 (dw added) by a small kernel: cuDNN keeps x, w and y in one type.
- * FP32 convolutions accept only FMA algorithms (CUDNN_FMA_MATH), so FP32 never silently means TF32.
+ * FP32 convolutions accept only FMA algorithms (CUDNN_FMA_MATH), so FP32 never silently means TF32. An algorithm
+ * whose workspace exceeds CONV_WORKSPACE_LIMIT is passed over for the fastest one within it: the workspace and the
+ * 16-bit staging come out of the 1 GiB that `tfbench estimate` reserves beside the planned pools, and an FFT
+ * algorithm of a large batch can ask for several GiB.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,10 +118,14 @@ static int is_tensor_op(cudnnMathType_t m) {
     return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
-/* The fastest successful algorithm of a search whose math type the plan allows (index into perf, or -1). */
+#define CONV_WORKSPACE_LIMIT ((size_t)512 << 20)
+
+/* The fastest successful algorithm of a search (cuDNN lists them fastest first) whose math type the plan allows
+ * and whose workspace fits CONV_WORKSPACE_LIMIT (index into perf, or -1). */
 template <typename Perf> static int pick(const Perf *perf, int n, const tfb_conv_desc *d) {
     for (int i = 0; i < n; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && (plan_math(d) != CUDNN_FMA_MATH || !is_tensor_op(perf[i].mathType)))
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= CONV_WORKSPACE_LIMIT &&
+            (plan_math(d) != CUDNN_FMA_MATH || !is_tensor_op(perf[i].mathType)))
             return i;
     return -1;
 }
@@ -129,12 +136,18 @@ static cudnnMathType_t run_math(const tfb_conv_desc *d, cudnnMathType_t searched
 }
 
 #define SEARCH 16
+static tfb_status no_algorithm(const char *search, int line) {
+    tfb_cuda_report(search, __FILE__, line, "no algorithm that succeeded, with the math type asked for, within the "
+                    "512 MiB workspace limit");
+    return TFB_ERR_BACKEND;
+}
+
 static tfb_status plan_search_fwd(cuda_ctx *c, tfb_conv_plan *p) {
     cudnnConvolutionFwdAlgoPerf_t perf[SEARCH];
     int n = 0;
     TFB_CHECK_CUDNN(cudnnFindConvolutionForwardAlgorithm(c->dnn, p->x, p->w, p->conv, p->y, SEARCH, &n, perf));
     int i = pick(perf, n, &p->key);
-    if (i < 0) { tfb_cuda_report("cudnnFindConvolutionForwardAlgorithm", __FILE__, __LINE__, "no usable algorithm"); return TFB_ERR_BACKEND; }
+    if (i < 0) return no_algorithm("cudnnFindConvolutionForwardAlgorithm", __LINE__);
     p->fwd = perf[i];
     p->have_fwd = 1;
     return TFB_OK;
@@ -145,7 +158,7 @@ static tfb_status plan_search_data(cuda_ctx *c, tfb_conv_plan *p) {
     int n = 0;
     TFB_CHECK_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(c->dnn, p->w, p->y, p->conv, p->x, SEARCH, &n, perf));
     int i = pick(perf, n, &p->key);
-    if (i < 0) { tfb_cuda_report("cudnnFindConvolutionBackwardDataAlgorithm", __FILE__, __LINE__, "no usable algorithm"); return TFB_ERR_BACKEND; }
+    if (i < 0) return no_algorithm("cudnnFindConvolutionBackwardDataAlgorithm", __LINE__);
     p->data = perf[i];
     p->have_data = 1;
     return TFB_OK;
@@ -156,7 +169,7 @@ static tfb_status plan_search_filter(cuda_ctx *c, tfb_conv_plan *p) {
     int n = 0;
     TFB_CHECK_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(c->dnn, p->x, p->y, p->conv, p->w, SEARCH, &n, perf));
     int i = pick(perf, n, &p->key);
-    if (i < 0) { tfb_cuda_report("cudnnFindConvolutionBackwardFilterAlgorithm", __FILE__, __LINE__, "no usable algorithm"); return TFB_ERR_BACKEND; }
+    if (i < 0) return no_algorithm("cudnnFindConvolutionBackwardFilterAlgorithm", __LINE__);
     p->filter = perf[i];
     p->have_filter = 1;
     return TFB_OK;
@@ -256,13 +269,16 @@ static int cuda_conv_plan_text(void *ctx, int i, char *buf, size_t len) {
     if (i < 0 || i >= c->n_plans) return 0;
     const tfb_conv_plan *p = &c->plans[i];
     const tfb_conv_desc *d = &p->key;
-    snprintf(buf, len, "x %dx%dx%dx%d, w %dx%dx%dx%d, stride %d, pad %d, %s, %s: forward %s (%s), backward data %s "
-             "(%s), backward filter %s (%s)", d->n, d->c, d->h, d->w, d->k, d->c, d->r, d->s, d->stride, d->pad,
-             d->layout == TFB_NHWC ? "nhwc" : "nchw",
+    snprintf(buf, len, "x %dx%dx%dx%d, w %dx%dx%dx%d, stride %d, pad %d, %s, %s: forward %s (%s, %.0f MiB), "
+             "backward data %s (%s, %.0f MiB), backward filter %s (%s, %.0f MiB)", d->n, d->c, d->h, d->w, d->k,
+             d->c, d->r, d->s, d->stride, d->pad, d->layout == TFB_NHWC ? "nhwc" : "nchw",
              d->in_type == TFB_F16 ? "fp16" : d->in_type == TFB_BF16 ? "bf16" : d->tf32 ? "tf32" : "fp32",
              p->have_fwd ? fwd_name(p->fwd.algo) : "-", p->have_fwd ? math_name(p->fwd.mathType) : "-",
+             p->have_fwd ? p->fwd.memory / 1048576.0 : 0.0,
              p->have_data ? data_name(p->data.algo) : "-", p->have_data ? math_name(p->data.mathType) : "-",
-             p->have_filter ? filter_name(p->filter.algo) : "-", p->have_filter ? math_name(p->filter.mathType) : "-");
+             p->have_data ? p->data.memory / 1048576.0 : 0.0,
+             p->have_filter ? filter_name(p->filter.algo) : "-", p->have_filter ? math_name(p->filter.mathType) : "-",
+             p->have_filter ? p->filter.memory / 1048576.0 : 0.0);
     return 1;
 }
 

@@ -12,6 +12,8 @@
  * 64-bit division per element would make them compute-bound).
  */
 #include <math.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 #include "cuda_internal.h"
 #include "../act.h"
 
@@ -89,6 +91,17 @@ __global__ void k_bn_var(float *var, const float *partial_sq, int c, double coun
     TFB_GRID_LOOP(ch, (size_t)c) var[ch] = (float)(channel_total(partial_sq, (int)ch, splits, 1, 0) / count);
 }
 
+/* The per-channel tensors a batch-norm backward kernel reads, and its fused ReLU. */
+struct bn_bwd {
+    const float *mean, *var, *gamma, *beta;
+    float eps;
+    int relu;
+};
+
+__device__ __forceinline__ void bn_affine_of(const bn_bwd &bn, int ch, float *scale, float *shift) {
+    tfb_bn_affine(bn.mean[ch], bn.var[ch], bn.gamma[ch], bn.beta[ch], bn.eps, scale, shift);
+}
+
 /* ---- the column path (hw == 1): blocks of COL_X channels x COL_Y row lanes, grid (channel blocks, splits) ---- */
 
 #define COL_X 32
@@ -124,11 +137,18 @@ __device__ __forceinline__ float col_block_sum(float v) {
     return v;
 }
 
+/* a gated by batch norm's ReLU: a where b * scale + shift > 0 (when relu) */
+__device__ __forceinline__ float col_gate(float a, float b, float scale, float shift, int relu) {
+    return !relu || tfb_bn_value(b, scale, shift) > 0.0f ? a : 0.0f;
+}
+
 /* Over this lane's rows of [r0, r1) (every COL_Y-th, from r0 + threadIdx.y), with COL_UNROLL rows' loads in
- * flight: *s_out = sum of a[r, ch]; *t_out = MODE 1: sum of (a - m)^2, MODE 2: sum of a (b - m), MODE 0: 0. */
+ * flight: *s_out = sum of a[r, ch]; *t_out = MODE 1: sum of (a - m)^2, MODE 2: sum of a (b - m), MODE 0: 0.
+ * MODE 2 gates a by the ReLU of bn (scale, shift) when relu. */
 template <int MODE>
 __device__ __forceinline__ void col_lane(const float *a, const float *b, float m, int r0, int r1, int c, int ch,
-                                         float *s_out, float *t_out) {
+                                         float *s_out, float *t_out, float scale = 0.0f, float shift = 0.0f,
+                                         int relu = 0) {
     float s[COL_UNROLL] = {0}, t[COL_UNROLL] = {0};
     int r = r0 + threadIdx.y;
     for (; r + (COL_UNROLL - 1) * COL_Y < r1; r += COL_UNROLL * COL_Y) {
@@ -136,8 +156,8 @@ __device__ __forceinline__ void col_lane(const float *a, const float *b, float m
 #pragma unroll
         for (int u = 0; u < COL_UNROLL; u++) {
             size_t i = (size_t)(r + u * COL_Y) * c + ch;
-            va[u] = a[i];
             vb[u] = MODE == 2 ? b[i] : 0.0f;
+            va[u] = MODE == 2 ? col_gate(a[i], vb[u], scale, shift, relu) : a[i];
         }
 #pragma unroll
         for (int u = 0; u < COL_UNROLL; u++) {
@@ -148,10 +168,10 @@ __device__ __forceinline__ void col_lane(const float *a, const float *b, float m
     }
     for (; r < r1; r += COL_Y) {
         size_t i = (size_t)r * c + ch;
-        float va = a[i];
+        float vb = MODE == 2 ? b[i] : 0.0f, va = MODE == 2 ? col_gate(a[i], vb, scale, shift, relu) : a[i];
         s[0] += va;
         if (MODE == 1) t[0] += (va - m) * (va - m);
-        if (MODE == 2) t[0] += va * (b[i] - m);
+        if (MODE == 2) t[0] += va * (vb - m);
     }
     *s_out = *t_out = 0.0f;
 #pragma unroll
@@ -180,12 +200,17 @@ __global__ void k_col_sqdev(float *partial_sq, const float *mean, const float *x
     if (threadIdx.y == 0 && ch < c) partial_sq[(size_t)ch * splits + blockIdx.y] = ss;
 }
 
-/* Partial (sum dy, sum dy (x - mean)) of the block's rows, in the plane kernels' layout. */
-__global__ void k_col_bwd_partial(float *partial, const float *dy, const float *x, const float *mean, int rows, int c,
+/* Partial (sum g, sum g (x - mean)) of the block's rows, g = dy gated by the ReLU (bn_bwd), in the plane kernels'
+ * layout. */
+__global__ void k_col_bwd_partial(float *partial, const float *dy, const float *x, bn_bwd bn, int rows, int c,
                                   int splits) {
     int r0, r1, ch = col_rows(rows, splits, &r0, &r1);
     float s = 0.0f, sx = 0.0f;
-    if (ch < c) col_lane<2>(dy, x, mean[ch], r0, r1, c, ch, &s, &sx);
+    if (ch < c) {
+        float scale, shift;
+        bn_affine_of(bn, ch, &scale, &shift);
+        col_lane<2>(dy, x, bn.mean[ch], r0, r1, c, ch, &s, &sx, scale, shift, bn.relu);
+    }
     s = col_block_sum(s);
     sx = col_block_sum(sx);
     if (threadIdx.y != 0 || ch >= c) return;
@@ -227,7 +252,9 @@ __global__ void k_bn_apply(float *y, const float *x, const float *mean, const fl
                            const float *beta, I total, I c, I hw, float eps, int relu) {
     for (I e = blockIdx.x * (I)blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
         int ch = (int)(hw == 1 ? e % c : e / hw % c);
-        float scale = gamma[ch] * rsqrtf(var[ch] + eps), v = x[e] * scale + (beta[ch] - mean[ch] * scale);
+        float scale, shift;
+        tfb_bn_affine(mean[ch], var[ch], gamma[ch], beta[ch], eps, &scale, &shift);
+        float v = tfb_bn_value(x[e], scale, shift);
         y[e] = relu ? tfb_act_value(TFB_ACT_RELU, v) : v;
     }
 }
@@ -245,17 +272,19 @@ static tfb_status cuda_bn_apply(void *ctx, float *y, const float *x, const float
     return TFB_OK;
 }
 
-/* Partial (sum dy, sum dy (x - mean)) of each block's planes. */
-__global__ void k_bn_bwd_partial(float *partial, const float *dy, const float *x, const float *mean, int n, int c,
-                                 int hw, int splits) {
+/* Partial (sum g, sum g (x - mean)) of each block's planes, g = dy gated by the ReLU. */
+__global__ void k_bn_bwd_partial(float *partial, const float *dy, const float *x, bn_bwd bn, int n, int c, int hw,
+                                 int splits) {
     int i0, i1, ch = block_planes(n, splits, &i0, &i1);
     size_t first = ((size_t)i0 * c + ch) * hw;
     unsigned count = (unsigned)(i1 - i0) * (unsigned)hw;
-    float m = mean[ch], s = 0.0f, sx = 0.0f;
+    float m = bn.mean[ch], s = 0.0f, sx = 0.0f, scale, shift;
+    bn_affine_of(bn, ch, &scale, &shift);
     for (unsigned e = threadIdx.x; e < count; e += blockDim.x) {
         size_t i = first + block_offset(e, hw, c);
-        s += dy[i];
-        sx += dy[i] * (x[i] - m);
+        float xi = x[i], g = col_gate(dy[i], xi, scale, shift, bn.relu);
+        s += g;
+        sx += g * (xi - m);
     }
     s = tfb_block_sum(s);
     sx = tfb_block_sum(sx);
@@ -277,16 +306,18 @@ __global__ void k_bn_bwd_finish(float *sum_dy, float *sum_dy_xhat, float *dgamma
 }
 
 static tfb_status cuda_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
-                                     const float *dy, const float *x, const float *mean, const float *var, int n,
-                                     int c, int hw, float eps) {
+                                     const float *dy, const float *x, const float *mean, const float *var,
+                                     const float *gamma, const float *beta, int n, int c, int hw, float eps,
+                                     int relu) {
     cuda_ctx *cc = (cuda_ctx *)ctx;
     float *p;
     if (c < 1 || n < 1) return TFB_OK;
     if (!index32((size_t)n * hw)) return TFB_ERR_ARG; /* one channel of 2^31 values: no network here has one */
     int splits = hw == 1 ? col_split_of(cc, c, n) : split_of(cc, c, n);
+    bn_bwd bn = {mean, var, gamma, beta, eps, relu};
     TFB_CHECK(partials_reserve(cc, c, splits, 2, &p));
-    if (hw == 1) k_col_bwd_partial<<<col_grid(c, splits), dim3(COL_X, COL_Y), 0, S(ctx)>>>(p, dy, x, mean, n, c, splits);
-    else k_bn_bwd_partial<<<c * splits, CH_THREADS, 0, S(ctx)>>>(p, dy, x, mean, n, c, hw, splits);
+    if (hw == 1) k_col_bwd_partial<<<col_grid(c, splits), dim3(COL_X, COL_Y), 0, S(ctx)>>>(p, dy, x, bn, n, c, splits);
+    else k_bn_bwd_partial<<<c * splits, CH_THREADS, 0, S(ctx)>>>(p, dy, x, bn, n, c, hw, splits);
     TFB_CHECK_LAUNCH();
     k_bn_bwd_finish<<<tfb_cuda_blocks((size_t)c), TFB_CUDA_THREADS, 0, S(ctx)>>>(sum_dy, sum_dy_xhat, dgamma, dbeta, p,
                                                                                 var, c, splits, eps);
@@ -294,31 +325,50 @@ static tfb_status cuda_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xha
     return TFB_OK;
 }
 
-template <typename I>
-__global__ void k_bn_bwd_apply(float *dx, const float *dy, const float *x, const float *mean, const float *var,
-                               const float *gamma, const float *sum_dy, const float *sum_dy_xhat, double count,
-                               I total, I c, I hw, float eps) {
+/* dx of type T (FP32, or 16-bit rounded to nearest even as it is written) */
+__device__ __forceinline__ void store_dx(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store_dx(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void store_dx(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+template <typename T, typename I>
+__global__ void k_bn_bwd_apply(T *dx, const float *dy, const float *x, bn_bwd bn, const float *sum_dy,
+                               const float *sum_dy_xhat, double count, I total, I c, I hw) {
     for (I e = blockIdx.x * (I)blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
         int ch = (int)(hw == 1 ? e % c : e / hw % c);
-        float rstd = rsqrtf(var[ch] + eps), g = gamma[ch] * rstd;
+        float rstd = rsqrtf(bn.var[ch] + bn.eps), g = bn.gamma[ch] * rstd, scale, shift;
         float mdy = (float)(sum_dy[ch] / count), mdx = (float)(sum_dy_xhat[ch] / count);
-        float xhat = (x[e] - mean[ch]) * rstd;
-        dx[e] = g * (dy[e] - mdy - xhat * mdx);
+        bn_affine_of(bn, ch, &scale, &shift);
+        float xe = x[e], xhat = (xe - bn.mean[ch]) * rstd;
+        store_dx(dx, e, g * (col_gate(dy[e], xe, scale, shift, bn.relu) - mdy - xhat * mdx));
     }
 }
 
-static tfb_status cuda_bn_bwd_apply(void *ctx, float *dx, const float *dy, const float *x, const float *mean,
-                                    const float *var, const float *gamma, const float *sum_dy,
-                                    const float *sum_dy_xhat, double count, int n, int c, int hw, float eps) {
-    size_t total = (size_t)n * c * hw;
+template <typename T>
+static tfb_status bn_bwd_apply_launch(void *ctx, T *dx, const float *dy, const float *x, const bn_bwd &bn,
+                                      const float *sum_dy, const float *sum_dy_xhat, double count, size_t total, int c,
+                                      int hw) {
     if (index32(total))
-        k_bn_bwd_apply<unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
-            dx, dy, x, mean, var, gamma, sum_dy, sum_dy_xhat, count, (unsigned)total, (unsigned)c, (unsigned)hw, eps);
+        k_bn_bwd_apply<T, unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+            dx, dy, x, bn, sum_dy, sum_dy_xhat, count, (unsigned)total, (unsigned)c, (unsigned)hw);
     else
-        k_bn_bwd_apply<size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
-            dx, dy, x, mean, var, gamma, sum_dy, sum_dy_xhat, count, total, (size_t)c, (size_t)hw, eps);
+        k_bn_bwd_apply<T, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+            dx, dy, x, bn, sum_dy, sum_dy_xhat, count, total, (size_t)c, (size_t)hw);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
+}
+
+static tfb_status cuda_bn_bwd_apply(void *ctx, void *dx, tfb_dtype dx_type, const float *dy, const float *x,
+                                    const float *mean, const float *var, const float *gamma, const float *beta,
+                                    const float *sum_dy, const float *sum_dy_xhat, double count, int n, int c, int hw,
+                                    float eps, int relu) {
+    size_t total = (size_t)n * c * hw;
+    bn_bwd bn = {mean, var, gamma, beta, eps, relu};
+    if (total == 0) return TFB_OK;
+    if (dx_type == TFB_F16)
+        return bn_bwd_apply_launch(ctx, (__half *)dx, dy, x, bn, sum_dy, sum_dy_xhat, count, total, c, hw);
+    if (dx_type == TFB_BF16)
+        return bn_bwd_apply_launch(ctx, (__nv_bfloat16 *)dx, dy, x, bn, sum_dy, sum_dy_xhat, count, total, c, hw);
+    return bn_bwd_apply_launch(ctx, (float *)dx, dy, x, bn, sum_dy, sum_dy_xhat, count, total, c, hw);
 }
 
 __global__ void k_bn_moments_merge(float *mean, float *var, const float *mine, int c, int ranks) {
