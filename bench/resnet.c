@@ -16,7 +16,9 @@
  * Activations are NCHW or NHWC (the configuration's layout; NHWC lets 16-bit convolutions on a GPU run on tensor
  * cores without transposes). Shapes below are written in NCHW order; in NHWC the same tensors are channels-last,
  * filters are (K, R, S, C), a channel shard is a column range of (n*H*W, C) rows, and images are drawn in NCHW
- * order and reordered, so both layouts train on the same numbers. This file does not time, schedule
+ * order and reordered, so both layouts train on the same numbers. In FP16/BF16 every convolution output z is
+ * stored in 16 bits, and so is the output y of a unit that only the next unit's convolution reads (one rank per
+ * tensor group); batch-norm statistics, block outputs and gradients are FP32. This file does not time, schedule
  * micro-batches or update parameters.
  */
 #include <math.h>
@@ -40,11 +42,13 @@ typedef struct {
     float *gamma, *beta;       /* (K) */
     float *dw, *dgamma, *dbeta;
     float *run_mean, *run_var; /* (K) running statistics (not trained), shared by every activation set */
-    const float *x;            /* (n, C, H, W) the whole input seen by the last forward */
+    const void *x;             /* (n, C, H, W) the whole input seen by the last forward, of x_type */
+    tfb_dtype x_type;
     float *xg;                 /* (n, C, H, W) gathered input, under tensor parallelism (not for block inputs) */
-    float *z;                  /* (n, K, P, Q) convolution output */
+    void *z;                   /* (n, K, P, Q) convolution output in the GEMM type (16-bit as cuDNN writes it) */
     float *mean, *var;         /* (K) batch statistics used */
-    float *y;                  /* (n, K, P, Q) batch-norm output, ReLU applied (same pass) when relu */
+    void *y;                   /* (n, K, P, Q) batch-norm output, ReLU applied (same pass) when relu, of y_type */
+    tfb_dtype y_type;          /* the GEMM type when the next unit's convolution is y's only reader, else FP32 */
     int relu;
 } rn_unit;
 
@@ -105,7 +109,7 @@ typedef struct {
     float *bn_mine;            /* (largest K) this rank's batch mean, under synchronised batch norm */
     void *lp[2];               /* 16-bit casts of activation operands; lp[1] also takes the 16-bit dz of unit_bwd */
     size_t max_act, max_full, max_k;
-    struct { float *z, *y, *mean, *var, *xg; size_t out, in, k; } rc[4]; /* checkpointing: one block's unit
+    struct { void *z, *y; float *mean, *var, *xg; size_t out, in, k; } rc[4]; /* checkpointing: one block's unit
                                   buffers (units 0..2, 3: projection), each sized for the largest on the stage */
     float *rc_in_full;         /* checkpointing: the gathered block input (tensor parallelism) */
     size_t rc_in_full_elems;
@@ -314,16 +318,21 @@ static void note_recompute(resnet_model *m, const rn_unit *u, int pos) {
     if (k > m->rc[pos].k) m->rc[pos].k = k;
 }
 
+/* Bytes of an element of type t. */
+static size_t type_bytes(tfb_dtype t) { return t == TFB_F32 ? 4 : 2; }
+
 /* gathered: the unit reads a gathered copy of its input (tensor parallelism, not a block's first units);
- * pos: its place in a block (0..2, 3: projection), -1 for the stem. */
-static void plan_unit(resnet_model *m, rn_unit *u, rn_unit *shared, int gathered, int pos) {
+ * pos: its place in a block (0..2, 3: projection), -1 for the stem; feeds: the next unit of its block reads its
+ * output (whole, without a gather: one rank per tensor group), so y is kept in the GEMM type. */
+static void plan_unit(resnet_model *m, rn_unit *u, rn_unit *shared, int gathered, int pos, int feeds) {
     tfb_mempool *a = &m->pools[1];
     size_t out = unit_out(u), k = (size_t)u->cd.k;
+    u->y_type = feeds && m->T == 1 ? m->wc.gemm_type : TFB_F32;
     if (m->wc.checkpointing && pos >= 0) {
         note_recompute(m, u, pos);
     } else {
-        tfb_mempool_add(a, (void **)&u->z, out * 4);
-        tfb_mempool_add(a, (void **)&u->y, out * 4);
+        tfb_mempool_add(a, &u->z, out * type_bytes(m->wc.gemm_type));
+        tfb_mempool_add(a, &u->y, out * type_bytes(u->y_type));
         tfb_mempool_add(a, (void **)&u->mean, k * 4);
         tfb_mempool_add(a, (void **)&u->var, k * 4);
         if (gathered && m->T > 1) tfb_mempool_add(a, (void **)&u->xg, unit_in(u) * 4);
@@ -337,8 +346,8 @@ static void plan_unit(resnet_model *m, rn_unit *u, rn_unit *shared, int gathered
 
 static void plan_block(resnet_model *m, rn_block *bl, rn_block *shared) {
     tfb_mempool *a = &m->pools[1];
-    for (int i = 0; i < bl->n_units; i++) plan_unit(m, &bl->u[i], &shared->u[i], i > 0, i);
-    if (bl->has_proj) plan_unit(m, &bl->proj, &shared->proj, 0, 3);
+    for (int i = 0; i < bl->n_units; i++) plan_unit(m, &bl->u[i], &shared->u[i], i > 0, i, i < bl->n_units - 1);
+    if (bl->has_proj) plan_unit(m, &bl->proj, &shared->proj, 0, 3, 0);
     size_t in_full = unit_in(&bl->u[0]);
     if (m->T > 1 && m->wc.checkpointing && in_full > m->rc_in_full_elems) m->rc_in_full_elems = in_full;
     if (m->T > 1 && !m->wc.checkpointing) tfb_mempool_add(a, (void **)&bl->in_full, in_full * 4);
@@ -351,8 +360,8 @@ static void plan_recompute(resnet_model *m) {
     if (!m->wc.checkpointing) return;
     for (int i = 0; i < 4; i++) {
         if (!m->rc[i].out) continue;
-        tfb_mempool_add(a, (void **)&m->rc[i].z, m->rc[i].out * 4);
-        tfb_mempool_add(a, (void **)&m->rc[i].y, m->rc[i].out * 4);
+        tfb_mempool_add(a, &m->rc[i].z, m->rc[i].out * type_bytes(m->wc.gemm_type));
+        tfb_mempool_add(a, &m->rc[i].y, m->rc[i].out * 4); /* room for either type */
         tfb_mempool_add(a, (void **)&m->rc[i].mean, m->rc[i].k * 4);
         tfb_mempool_add(a, (void **)&m->rc[i].var, m->rc[i].k * 4);
         if (m->T > 1 && i > 0 && i < 3) tfb_mempool_add(a, (void **)&m->rc[i].xg, m->rc[i].in * 4);
@@ -374,7 +383,7 @@ static void plan_net(resnet_model *m, rn_net *net) {
     size_t n = (size_t)m->n;
     if (!has_stem(m)) tfb_mempool_add(a, (void **)&net->x_in, stage_in_elems(m) * 4);
     if (has_stem(m)) {
-        plan_unit(m, &net->stem, &m->net[0].stem, 0, -1);
+        plan_unit(m, &net->stem, &m->net[0].stem, 0, -1, 0);
         size_t pooled = n * net->stem.cd.k * m->pool_p * m->pool_q;
         tfb_mempool_add(a, (void **)&net->pooled_stem, pooled * 4);
         tfb_mempool_add(a, (void **)&net->argmax, pooled * sizeof(int));
@@ -429,6 +438,7 @@ static void bind_unit(resnet_model *m, rn_unit *u, void *ctx) {
     u->dgamma = m->wl.grad_pool + u->g_off;
     u->dbeta = m->wl.grad_pool + u->b_off;
     u->cd.in_type = m->wc.gemm_type;
+    u->cd.y_type = m->wc.gemm_type; /* z: 16-bit in a 16-bit network, as the convolution writes it */
     u->cd.tf32 = m->wc.tf32;
 }
 
@@ -577,24 +587,36 @@ static void bn_view(const resnet_model *m, const rn_unit *u, int *rows, int *hw)
     *hw = m->layout == TFB_NHWC ? 1 : pq;
 }
 
-/* x: the unit's whole input (gathered under tensor parallelism). */
-static tfb_status unit_fwd(resnet_model *m, rn_unit *u, const float *x) {
+/* The unit's input as its convolution reads it: x itself when already in the GEMM type, else cast into lp[0]. */
+static tfb_status unit_operand(resnet_model *m, const rn_unit *u, const void **out) {
+    if (u->x_type == m->wc.gemm_type) { *out = u->x; return TFB_OK; }
+    return lp_act(m, 0, (const float *)u->x, unit_in(u), out);
+}
+
+/* x (of x_type): the unit's whole input (gathered under tensor parallelism). */
+static tfb_status unit_fwd(resnet_model *m, rn_unit *u, const void *x, tfb_dtype x_type) {
     tfb_backend *be = m->be;
     const tfb_conv_desc *d = &u->cd;
+    tfb_dtype zt = d->y_type;
     int rows, hw;
     const void *xin;
     bn_view(m, u, &rows, &hw);
     u->x = x;
-    TFB_CHECK(lp_act(m, 0, x, unit_in(u), &xin));
+    u->x_type = x_type;
+    TFB_CHECK(unit_operand(m, u, &xin));
     TFB_CHECK(be->conv_fwd(be->ctx, d, u->z, xin, lp_weight(m, u->w)));
-    TFB_CHECK(be->bn_moments(be->ctx, u->mean, u->var, u->z, rows, d->k, hw));
+    TFB_CHECK(be->bn_moments(be->ctx, u->mean, u->var, u->z, zt, rows, d->k, hw));
     if (m->wc.sync_bn && m->wc.dp_size > 1) TFB_CHECK(sync_moments(m, u));
-    TFB_CHECK(be->bn_apply(be->ctx, u->y, u->z, u->mean, u->var, u->gamma, u->beta, rows, d->k, hw, BN_EPS,
-                           u->relu));
+    TFB_CHECK(be->bn_apply(be->ctx, u->y, u->y_type, u->z, zt, u->mean, u->var, u->gamma, u->beta, rows, d->k, hw,
+                           BN_EPS, u->relu));
     double count = (double)rows * hw * (m->wc.sync_bn ? m->wc.dp_size : 1);
     if (m->recomputing) return TFB_OK;
     return be->bn_running_update(be->ctx, u->run_mean, u->run_var, u->mean, u->var, d->k, BN_MOMENTUM, count);
 }
+
+/* y of a unit whose output is FP32 (the stem, a projection, a block's last unit, every unit under tensor
+ * parallelism). */
+static float *unit_y32(const rn_unit *u) { return u->y_type == TFB_F32 ? (float *)u->y : NULL; }
 
 /* The whole tensor a unit reads, given this rank's channels of it. */
 static tfb_status whole_input(resnet_model *m, rn_unit *u, float *gathered, const float *local, const float **x) {
@@ -604,22 +626,28 @@ static tfb_status whole_input(resnet_model *m, rn_unit *u, float *gathered, cons
     return TFB_OK;
 }
 
-/* x: this rank's channels of the block input. */
+/* x: this rank's channels of the block input. Under tensor parallelism every unit output is FP32 (it is
+ * gathered); with one rank per tensor group a unit feeding the next one hands it y in the GEMM type. */
 static tfb_status block_fwd(resnet_model *m, rn_block *b, const float *x) {
     const float *whole, *in;
     TFB_CHECK(whole_input(m, &b->u[0], b->in_full, x, &whole));
-    TFB_CHECK(unit_fwd(m, &b->u[0], whole));
+    TFB_CHECK(unit_fwd(m, &b->u[0], whole, TFB_F32));
     for (int i = 1; i < b->n_units; i++) {
-        TFB_CHECK(whole_input(m, &b->u[i], b->u[i].xg, b->u[i - 1].y, &in));
-        TFB_CHECK(unit_fwd(m, &b->u[i], in));
+        const rn_unit *prev = &b->u[i - 1];
+        if (m->T == 1) {
+            TFB_CHECK(unit_fwd(m, &b->u[i], prev->y, prev->y_type));
+            continue;
+        }
+        TFB_CHECK(whole_input(m, &b->u[i], b->u[i].xg, unit_y32(prev), &in));
+        TFB_CHECK(unit_fwd(m, &b->u[i], in, TFB_F32));
     }
     const float *shortcut = x;
     if (b->has_proj) {
-        TFB_CHECK(unit_fwd(m, &b->proj, whole));
-        shortcut = b->proj.y;
+        TFB_CHECK(unit_fwd(m, &b->proj, whole, TFB_F32));
+        shortcut = unit_y32(&b->proj);
     }
     size_t n = unit_out(&b->u[b->n_units - 1]);
-    TFB_CHECK(m->be->residual_add(m->be->ctx, b->out, b->u[b->n_units - 1].y, shortcut, n));
+    TFB_CHECK(m->be->residual_add(m->be->ctx, b->out, unit_y32(&b->u[b->n_units - 1]), shortcut, n));
     return m->be->act_fwd(m->be->ctx, TFB_ACT_RELU, b->out, b->out, n);
 }
 
@@ -676,11 +704,11 @@ static tfb_status head_fwd(resnet_model *m, rn_net *net, const float *x, int hw,
 }
 
 static const float *stem_fwd(resnet_model *m, rn_net *net, tfb_status *st) {
-    *st = unit_fwd(m, &net->stem, net->images);
-    if (*st != TFB_OK || !m->cfg.stem_pool) return net->stem.y;
+    *st = unit_fwd(m, &net->stem, net->images, TFB_F32);
+    if (*st != TFB_OK || !m->cfg.stem_pool) return unit_y32(&net->stem);
     const tfb_conv_desc *d = &net->stem.cd;
-    *st = m->be->maxpool_fwd(m->be->ctx, net->pooled_stem, net->argmax, net->stem.y, d->n, d->k, d->p, d->q, 3, 2, 1,
-                             m->pool_p, m->pool_q, m->layout);
+    *st = m->be->maxpool_fwd(m->be->ctx, net->pooled_stem, net->argmax, unit_y32(&net->stem), d->n, d->k, d->p, d->q, 3,
+                             2, 1, m->pool_p, m->pool_q, m->layout);
     return net->pooled_stem;
 }
 
@@ -749,16 +777,16 @@ static tfb_status unit_bwd(resnet_model *m, rn_unit *u, const float *dy, float *
     const void *x;
     bn_view(m, u, &rows, &hw);
     float *sum_dy = m->bn_sums, *sum_dy_xhat = m->bn_sums + d->k;
-    TFB_CHECK(be->bn_bwd_reduce(be->ctx, sum_dy, sum_dy_xhat, u->dgamma, u->dbeta, dy, u->z, u->mean, u->var,
-                                u->gamma, u->beta, rows, d->k, hw, BN_EPS, u->relu));
+    TFB_CHECK(be->bn_bwd_reduce(be->ctx, sum_dy, sum_dy_xhat, u->dgamma, u->dbeta, dy, u->z, d->y_type, u->mean,
+                                u->var, u->gamma, u->beta, rows, d->k, hw, BN_EPS, u->relu));
     int sync = m->wc.sync_bn && m->wc.dp_size > 1;
     if (sync) TFB_CHECK(m->wc.group_sum(m->wc.group_sum_ctx, m->bn_sums, 2 * d->k));
     double count = (double)rows * hw * (sync ? m->wc.dp_size : 1);
     tfb_dtype gt = m->wc.gemm_type;
     void *dz = gt == TFB_F32 ? (void *)m->dz : m->lp[1];
-    TFB_CHECK(be->bn_bwd_apply(be->ctx, dz, gt, dy, u->z, u->mean, u->var, u->gamma, u->beta, sum_dy, sum_dy_xhat,
-                               count, rows, d->k, hw, BN_EPS, u->relu));
-    TFB_CHECK(lp_act(m, 0, u->x, unit_in(u), &x));
+    TFB_CHECK(be->bn_bwd_apply(be->ctx, dz, gt, dy, u->z, d->y_type, u->mean, u->var, u->gamma, u->beta, sum_dy,
+                               sum_dy_xhat, count, rows, d->k, hw, BN_EPS, u->relu));
+    TFB_CHECK(unit_operand(m, u, &x));
     TFB_CHECK(be->conv_bwd_filter(be->ctx, d, u->dw, x, dz));
     if (dx) TFB_CHECK(be->conv_bwd_data(be->ctx, d, dx, dz, lp_weight(m, u->w)));
     return TFB_OK;
@@ -833,7 +861,7 @@ static tfb_status stem_bwd(resnet_model *m, rn_net *net, float *g, float *work) 
 static const float *block_input(resnet_model *m, rn_net *net, int b) {
     if (b > 0 && 1 + b > m->u0) return net->blocks[b - 1].out;
     if (!has_stem(m)) return net->x_in;
-    return m->cfg.stem_pool ? net->pooled_stem : net->stem.y;
+    return m->cfg.stem_pool ? net->pooled_stem : unit_y32(&net->stem);
 }
 
 /* Checkpointing: block b's forward again from its kept input (same batch statistics, synchronised the same way;
@@ -889,7 +917,7 @@ static const float *resnet_stage_output(void *self, int slot) {
     resnet_model *m = self;
     if (has_head(m)) return NULL;
     int b = m->u1 - 2;
-    if (b < 0) return m->cfg.stem_pool ? m->net[slot].pooled_stem : m->net[slot].stem.y;
+    if (b < 0) return m->cfg.stem_pool ? m->net[slot].pooled_stem : unit_y32(&m->net[slot].stem);
     return m->net[slot].blocks[b].out;
 }
 

@@ -46,7 +46,9 @@ typedef struct {
     int stride, pad;
     int p, q;               /* output size: (h + 2 pad - r) / stride + 1, likewise q */
     tfb_layout layout;      /* NHWC lets 16-bit convolutions run on tensor cores without transposes */
-    tfb_dtype in_type;      /* type of x, filters and dy; y, dx and dw are FP32 */
+    tfb_dtype in_type;      /* type of x, filters and dy; dx and dw are FP32 */
+    tfb_dtype y_type;       /* conv_fwd's y: TFB_F32 (the zero default), or in_type to keep a 16-bit result as the
+                             * convolution produces it (no widening pass) */
     int tf32;               /* as in tfb_gemm_desc */
 } tfb_conv_desc;
 
@@ -182,32 +184,37 @@ struct tfb_backend {
                            int n_runs, const tfb_sgd_hparams *hp);
 
     /* ---- convolutional networks: activations (n, c, h, w) in NCHW, (n, h, w, c) in NHWC. The batch-norm ops
-     * describe NCHW; an NHWC tensor is (n*h*w, c, 1) to them (a backend may pick other kernels for hw == 1). ---- */
-    tfb_status (*conv_fwd)(void *ctx, const tfb_conv_desc *d, float *y, const void *x, const void *w);
+     * describe NCHW; an NHWC tensor is (n*h*w, c, 1) to them (a backend may pick other kernels for hw == 1).
+     * Their x may be FP32 or 16-bit (x_type), so a 16-bit network keeps its convolution outputs 16-bit; every
+     * statistic and parameter stays FP32. ---- */
+    /* y (n, k, p, q) of d->y_type = the convolution of x (in_type) with w (in_type) */
+    tfb_status (*conv_fwd)(void *ctx, const tfb_conv_desc *d, void *y, const void *x, const void *w);
     /* dx (n, c, h, w) = gradient of the input (overwrites) */
     tfb_status (*conv_bwd_data)(void *ctx, const tfb_conv_desc *d, float *dx, const void *dy, const void *w);
     /* dw (k, c, r, s) += gradient of the filters */
     tfb_status (*conv_bwd_filter)(void *ctx, const tfb_conv_desc *d, float *dw, const void *x, const void *dy);
     /* mean, var (c): batch mean and biased variance of x (n, c, hw) per channel (two-pass) */
-    tfb_status (*bn_moments)(void *ctx, float *mean, float *var, const float *x, int n, int c, int hw);
+    tfb_status (*bn_moments)(void *ctx, float *mean, float *var, const void *x, tfb_dtype x_type, int n, int c,
+                             int hw);
     /* y (n, c, hw) = x * scale + shift, scale = gamma / sqrt(var + eps), shift = beta - mean * scale
-     * (tfb_bn_affine), then ReLU when relu (one pass) */
-    tfb_status (*bn_apply)(void *ctx, float *y, const float *x, const float *mean, const float *var,
-                           const float *gamma, const float *beta, int n, int c, int hw, float eps, int relu);
+     * (tfb_bn_affine), then ReLU when relu (one pass), written in y_type */
+    tfb_status (*bn_apply)(void *ctx, void *y, tfb_dtype y_type, const void *x, tfb_dtype x_type, const float *mean,
+                           const float *var, const float *gamma, const float *beta, int n, int c, int hw, float eps,
+                           int relu);
     /* The backward of bn_apply with its relu, given x (n, c, hw) and the output's gradient dy: g = dy, and with
      * relu g = dy where the forward's output before the ReLU, x * scale + shift, is > 0 (recomputed from x with
      * bn_apply's formula, so no ReLU backward pass and no read of y). Per channel: sum_dy = sum g, sum_dy_xhat =
      * sum g * xhat (this rank's); dgamma += sum_dy_xhat, dbeta += sum_dy */
     tfb_status (*bn_bwd_reduce)(void *ctx, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
-                                const float *dy, const float *x, const float *mean, const float *var,
+                                const float *dy, const void *x, tfb_dtype x_type, const float *mean, const float *var,
                                 const float *gamma, const float *beta, int n, int c, int hw, float eps, int relu);
     /* dx (n, c, hw) of dx_type = gamma * rstd * (g - sum_dy / count - xhat * sum_dy_xhat / count), g as above;
      * count: elements per channel the sums cover (all ranks' under synchronised batch norm). A 16-bit dx_type
      * rounds dx as it is written, for a convolution's backward to read directly. */
-    tfb_status (*bn_bwd_apply)(void *ctx, void *dx, tfb_dtype dx_type, const float *dy, const float *x,
-                               const float *mean, const float *var, const float *gamma, const float *beta,
-                               const float *sum_dy, const float *sum_dy_xhat, double count, int n, int c, int hw,
-                               float eps, int relu);
+    tfb_status (*bn_bwd_apply)(void *ctx, void *dx, tfb_dtype dx_type, const float *dy, const void *x,
+                               tfb_dtype x_type, const float *mean, const float *var, const float *gamma,
+                               const float *beta, const float *sum_dy, const float *sum_dy_xhat, double count, int n,
+                               int c, int hw, float eps, int relu);
     /* Synchronised batch norm, between two sums over `ranks` equal-sized batches: mean (c) arrives as the sum of
      * their means and leaves as the mean; var (c) arrives as this rank's variance about its own mean mine (c) and
      * leaves as its share of the pooled variance, (var + (mine - mean)^2) / ranks, so summing the shares gives the

@@ -94,6 +94,15 @@ static pair poisoned(size_t n) {
     return t;
 }
 
+/* a 16-bit output: 0x7fff, a NaN in FP16 and in BF16, everywhere */
+static pair poisoned16(size_t n) {
+    uint16_t *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = 0x7fff;
+    pair t = upload(h, n, 2);
+    free(h);
+    return t;
+}
+
 static void release(pair *t) {
     for (int b = 0; b < 2; b++) G.be[b]->free(G.be[b]->ctx, t->p[b]);
 }
@@ -178,6 +187,16 @@ static void check_conv(int r, int stride, int pad, tfb_dtype t, int tf32, tfb_la
     BOTH(be->conv_fwd(be->ctx, &d, F(y), V(x), V(w)));
     snprintf(name, sizeof name, "conv_fwd %dx%d/%d%s", r, r, stride, lay);
     verdict(name, prec_name(t, tf32), prec_tol(t, tf32), &y, 1);
+    if (t != TFB_F32) { /* y kept in 16 bits, as a 16-bit ResNet keeps its convolution outputs */
+        pair y16 = poisoned16(ny), yw = poisoned(ny);
+        tfb_conv_desc d16 = d;
+        d16.y_type = t;
+        BOTH(be->conv_fwd(be->ctx, &d16, V(y16), V(x), V(w)));
+        BOTH(be->cast(be->ctx, F(yw), TFB_F32, V(y16), t, ny));
+        snprintf(name, sizeof name, "conv_fwd %dx%d/%d%s y16", r, r, stride, lay);
+        verdict(name, prec_name(t, tf32), TOL_16, &yw, 1);
+        release(&y16); release(&yw);
+    }
     BOTH(be->conv_bwd_data(be->ctx, &d, F(dx), V(dy), V(w)));
     snprintf(name, sizeof name, "conv_bwd_data %dx%d/%d%s", r, r, stride, lay);
     verdict(name, prec_name(t, tf32), prec_tol(t, tf32), &dx, 1);
@@ -452,11 +471,11 @@ static void check_bn_relu_bwd(int n, int c, int hw, const char *tag, pair x, pai
     pair dx = poisoned(nx), h = rand_typed(nx, TFB_F16);
     free(yd);
     free(dyh);
-    BOTH(be->bn_bwd_reduce(be->ctx, F(s), F(s) + c, F(acc), F(acc) + c, b ? F(dy) : F(dym), F(x), F(mean), F(var),
-                           F(g), F(bt), n, c, hw, 1e-5f, b));
+    BOTH(be->bn_bwd_reduce(be->ctx, F(s), F(s) + c, F(acc), F(acc) + c, b ? F(dy) : F(dym), F(x), TFB_F32, F(mean),
+                           F(var), F(g), F(bt), n, c, hw, 1e-5f, b));
     pair red[2] = {s, acc};
     verdict(BN_ROW("bn_bwd_reduce_relu"), "fp32", TOL_FP32, red, 2);
-    BOTH(be->bn_bwd_apply(be->ctx, V(h), TFB_F16, b ? F(dy) : F(dym), F(x), F(mean), F(var), F(g), F(bt), F(s),
+    BOTH(be->bn_bwd_apply(be->ctx, V(h), TFB_F16, b ? F(dy) : F(dym), F(x), TFB_F32, F(mean), F(var), F(g), F(bt), F(s),
                           F(s) + c, (double)n * hw, n, c, hw, 1e-5f, b));
     BOTH(be->cast(be->ctx, F(dx), TFB_F32, V(h), TFB_F16, nx));
     verdict(BN_ROW("bn_bwd_apply_relu"), "fp16", TOL_16, &dx, 1);
@@ -473,20 +492,20 @@ static void check_batchnorm_shape(int n, int c, int hw, const char *tag) {
     pair mean = poisoned((size_t)c), var = poisoned((size_t)c), y = poisoned(nx), dy = rand_f32(nx, -1, 1);
     pair sdy = poisoned((size_t)c), sdx = poisoned((size_t)c), dg = rand_f32((size_t)c, -1, 1);
     pair db = rand_f32((size_t)c, -1, 1), dx = poisoned(nx), rm = rand_f32((size_t)c, -1, 1), rv = rand_f32((size_t)c, 0.5f, 2);
-    BOTH(be->bn_moments(be->ctx, F(mean), F(var), F(x), n, c, hw));
+    BOTH(be->bn_moments(be->ctx, F(mean), F(var), F(x), TFB_F32, n, c, hw));
     pair mom[2] = {mean, var};
     verdict(BN_ROW("bn_moments"), "fp32", TOL_FP32, mom, 2);
     pair yr = poisoned(nx);
-    BOTH(be->bn_apply(be->ctx, F(yr), F(x), F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f, 1));
+    BOTH(be->bn_apply(be->ctx, F(yr), TFB_F32, F(x), TFB_F32, F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f, 1));
     verdict(BN_ROW("bn_apply_relu"), "fp32", TOL_FP32, &yr, 1);
     release(&yr);
-    BOTH(be->bn_apply(be->ctx, F(y), F(x), F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f, 0));
+    BOTH(be->bn_apply(be->ctx, F(y), TFB_F32, F(x), TFB_F32, F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f, 0));
     verdict(BN_ROW("bn_apply"), "fp32", TOL_FP32, &y, 1);
-    BOTH(be->bn_bwd_reduce(be->ctx, F(sdy), F(sdx), F(dg), F(db), F(dy), F(x), F(mean), F(var), F(g), F(bt), n, c,
-                           hw, 1e-5f, 0));
+    BOTH(be->bn_bwd_reduce(be->ctx, F(sdy), F(sdx), F(dg), F(db), F(dy), F(x), TFB_F32, F(mean), F(var), F(g), F(bt), n,
+                           c, hw, 1e-5f, 0));
     pair red[4] = {sdy, sdx, dg, db};
     verdict(BN_ROW("bn_bwd_reduce"), "fp32", TOL_FP32, red, 4);
-    BOTH(be->bn_bwd_apply(be->ctx, F(dx), TFB_F32, F(dy), F(x), F(mean), F(var), F(g), F(bt), F(sdy), F(sdx),
+    BOTH(be->bn_bwd_apply(be->ctx, F(dx), TFB_F32, F(dy), F(x), TFB_F32, F(mean), F(var), F(g), F(bt), F(sdy), F(sdx),
                           (double)n * hw, n, c, hw, 1e-5f, 0));
     verdict(BN_ROW("bn_bwd_apply"), "fp32", TOL_FP32, &dx, 1);
     check_bn_relu_bwd(n, c, hw, tag, x, dy, y, mean, var, g, bt);
@@ -500,6 +519,33 @@ static void check_batchnorm_shape(int n, int c, int hw, const char *tag) {
     pair all[] = {x, g, bt, mean, var, y, dy, sdy, sdx, dg, db, dx, rm, rv, msum, mine, share};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
 }
+
+/* Batch norm of a 16-bit network: x (a convolution's output) in type t, y written in t, FP32 statistics. */
+static void check_batchnorm_16(int n, int c, int hw, tfb_dtype t, const char *tag) {
+    char name[64];
+    size_t nx = (size_t)n * c * hw;
+    pair x = rand_typed(nx, t), g = rand_f32((size_t)c, 0.5f, 1.5f), bt = rand_f32((size_t)c, -1, 1);
+    pair mean = poisoned((size_t)c), var = poisoned((size_t)c), y = poisoned16(nx), yw = poisoned(nx);
+    pair dy = rand_f32(nx, -1, 1), s = poisoned(2 * (size_t)c), acc = rand_f32(2 * (size_t)c, -1, 1);
+    pair dx = poisoned16(nx), dxw = poisoned(nx);
+    const char *p = prec_name(t, 0);
+    BOTH(be->bn_moments(be->ctx, F(mean), F(var), V(x), t, n, c, hw));
+    pair mom[2] = {mean, var};
+    verdict(BN_ROW("bn_moments x16"), p, TOL_FP32, mom, 2);
+    BOTH(be->bn_apply(be->ctx, V(y), t, V(x), t, F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f, 1));
+    BOTH(be->cast(be->ctx, F(yw), TFB_F32, V(y), t, nx));
+    verdict(BN_ROW("bn_apply_relu x16 y16"), p, TOL_16, &yw, 1);
+    BOTH(be->bn_bwd_reduce(be->ctx, F(s), F(s) + c, F(acc), F(acc) + c, F(dy), V(x), t, F(mean), F(var), F(g),
+                           F(bt), n, c, hw, 1e-5f, 0)); /* the ReLU's mask: check_bn_relu_bwd */
+    pair red[2] = {s, acc};
+    verdict(BN_ROW("bn_bwd_reduce x16"), p, TOL_FP32, red, 2);
+    BOTH(be->bn_bwd_apply(be->ctx, V(dx), t, F(dy), V(x), t, F(mean), F(var), F(g), F(bt), F(s), F(s) + c,
+                          (double)n * hw, n, c, hw, 1e-5f, 0));
+    BOTH(be->cast(be->ctx, F(dxw), TFB_F32, V(dx), t, nx));
+    verdict(BN_ROW("bn_bwd_apply x16"), p, TOL_16, &dxw, 1);
+    pair all[] = {x, g, bt, mean, var, y, yw, dy, s, acc, dx, dxw};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
+}
 #undef BN_ROW
 
 static void check_batchnorm(void) {
@@ -510,6 +556,9 @@ static void check_batchnorm(void) {
     check_batchnorm_shape(2000, 64, 1, " nhwc c64");
     check_batchnorm_shape(777, 100, 1, " nhwc c100");
     check_batchnorm_shape(300, 2048, 1, " nhwc c2048");
+    check_batchnorm_16(6, 16, 49, TFB_F16, "");
+    check_batchnorm_16(2000, 64, 1, TFB_F16, " nhwc c64");
+    check_batchnorm_16(777, 100, 1, TFB_BF16, " nhwc c100");
 }
 
 static void check_pooling(int c, tfb_layout layout) {

@@ -80,8 +80,8 @@ static void conv_fp16_test(void) {
 typedef struct { int n, c, hw, relu; float *x, *g, *b, *y, *mean, *var, *r; } bn_case;
 static double bn_loss(void *p) {
     bn_case *c = p;
-    be->bn_moments(be->ctx, c->mean, c->var, c->x, c->n, c->c, c->hw);
-    be->bn_apply(be->ctx, c->y, c->x, c->mean, c->var, c->g, c->b, c->n, c->c, c->hw, 1e-5f, c->relu);
+    be->bn_moments(be->ctx, c->mean, c->var, c->x, TFB_F32, c->n, c->c, c->hw);
+    be->bn_apply(be->ctx, c->y, TFB_F32, c->x, TFB_F32, c->mean, c->var, c->g, c->b, c->n, c->c, c->hw, 1e-5f, c->relu);
     return dot(c->y, c->r, (size_t)c->n * c->c * c->hw);
 }
 static void test_batchnorm(void) {
@@ -91,8 +91,9 @@ static void test_batchnorm(void) {
     c.y = malloc(nx * 4); c.mean = malloc(16); c.var = malloc(16);
     float *dx = malloc(nx * 4), *dg = calloc(4, 4), *db = calloc(4, 4), sdy[4], sdx[4];
     bn_loss(&c);
-    be->bn_bwd_reduce(be->ctx, sdy, sdx, dg, db, c.r, c.x, c.mean, c.var, c.g, c.b, c.n, c.c, c.hw, 1e-5f, 0);
-    be->bn_bwd_apply(be->ctx, dx, TFB_F32, c.r, c.x, c.mean, c.var, c.g, c.b, sdy, sdx, 15.0, c.n, c.c, c.hw, 1e-5f, 0);
+    be->bn_bwd_reduce(be->ctx, sdy, sdx, dg, db, c.r, c.x, TFB_F32, c.mean, c.var, c.g, c.b, c.n, c.c, c.hw, 1e-5f, 0);
+    be->bn_bwd_apply(be->ctx, dx, TFB_F32, c.r, c.x, TFB_F32, c.mean, c.var, c.g, c.b, sdy, sdx, 15.0, c.n, c.c, c.hw,
+                     1e-5f, 0);
     double ex = fd_error(c.x, nx, dx, bn_loss, &c), eg = fd_error(c.g, 4, dg, bn_loss, &c);
     double eb = fd_error(c.b, 4, db, bn_loss, &c);
     EXPECT("batchnorm_train_dx_vs_fd", ex < FD_TOL, "rel err %g", ex);
@@ -100,7 +101,7 @@ static void test_batchnorm(void) {
     float *yr = malloc(nx * 4);
     int relu_ok = 1, negatives = 0;
     bn_loss(&c); /* y again from the unperturbed inputs (fd_error leaves the last perturbed one) */
-    be->bn_apply(be->ctx, yr, c.x, c.mean, c.var, c.g, c.b, c.n, c.c, c.hw, 1e-5f, 1);
+    be->bn_apply(be->ctx, yr, TFB_F32, c.x, TFB_F32, c.mean, c.var, c.g, c.b, c.n, c.c, c.hw, 1e-5f, 1);
     for (size_t i = 0; i < nx; i++) {
         negatives += c.y[i] < 0;
         relu_ok &= yr[i] == (c.y[i] > 0 ? c.y[i] : 0.0f);
@@ -133,8 +134,8 @@ static void bn_relu_bwd_test(int n, int c, int hw, const char *name) {
     float *dym = malloc(e * 4), *dx[2] = {malloc(e * 4), malloc(e * 4)}, *st[2] = {calloc(4 * c, 4), calloc(4 * c, 4)};
     float *mean = malloc(c * 4), *var = malloc(c * 4), *dx32 = malloc(e * 4);
     uint16_t *h[2] = {malloc(e * 2), malloc(e * 2)};
-    be->bn_moments(be->ctx, mean, var, x, n, c, hw);
-    be->bn_apply(be->ctx, y, x, mean, var, g, b, n, c, hw, 1e-5f, 0);
+    be->bn_moments(be->ctx, mean, var, x, TFB_F32, n, c, hw);
+    be->bn_apply(be->ctx, y, TFB_F32, x, TFB_F32, mean, var, g, b, n, c, hw, 1e-5f, 0);
     int masked = 0, same = 1, rounded = 1;
     for (size_t i = 0; i < e; i++) {
         dym[i] = y[i] > 0 ? dy[i] : 0.0f;
@@ -142,16 +143,17 @@ static void bn_relu_bwd_test(int n, int c, int hw, const char *name) {
     }
     for (int relu = 0; relu < 2; relu++) {
         float *s = st[relu];
-        be->bn_bwd_reduce(be->ctx, s, s + c, s + 2 * c, s + 3 * c, relu ? dy : dym, x, mean, var, g, b, n, c, hw, 1e-5f,
-                          relu);
-        be->bn_bwd_apply(be->ctx, dx[relu], TFB_F32, relu ? dy : dym, x, mean, var, g, b, s, s + c, (double)n * hw,
-                         n, c, hw, 1e-5f, relu);
+        be->bn_bwd_reduce(be->ctx, s, s + c, s + 2 * c, s + 3 * c, relu ? dy : dym, x, TFB_F32, mean, var, g, b, n, c,
+                          hw, 1e-5f, relu);
+        be->bn_bwd_apply(be->ctx, dx[relu], TFB_F32, relu ? dy : dym, x, TFB_F32, mean, var, g, b, s, s + c,
+                         (double)n * hw, n, c, hw, 1e-5f, relu);
     }
     /* the same sums; a compiler may vectorise the two paths' reductions differently, so not bit for bit */
     same = max_rel_diff(st[0], st[1], 4 * (size_t)c) < 1e-6 && max_rel_diff(dx[0], dx[1], e) < 1e-6;
     for (int k = 0; k < 2; k++) {
         tfb_dtype t = k ? TFB_BF16 : TFB_F16;
-        be->bn_bwd_apply(be->ctx, h[0], t, dy, x, mean, var, g, b, st[1], st[1] + c, (double)n * hw, n, c, hw, 1e-5f, 1);
+        be->bn_bwd_apply(be->ctx, h[0], t, dy, x, TFB_F32, mean, var, g, b, st[1], st[1] + c, (double)n * hw, n, c, hw,
+                         1e-5f, 1);
         be->cast(be->ctx, h[1], t, dx[1], TFB_F32, e);
         be->cast(be->ctx, dx32, TFB_F32, h[0], t, e);
         size_t nonzero = 0; /* a channel whose every output the ReLU cut has dx 0; most are not */
@@ -173,9 +175,9 @@ static void test_bn_moments_merge(int R) {
     float merged[C], var_sum[C] = {0};
     for (int r = 0; r < R; r++) /* ranks' means apart: merging matters */
         for (size_t i = 0; i < per; i++) x[r * per + i] += 2.0f * (float)r;
-    be->bn_moments(be->ctx, whole_mean, whole_var, x, N * R, C, HW);
+    be->bn_moments(be->ctx, whole_mean, whole_var, x, TFB_F32, N * R, C, HW);
     for (int r = 0; r < R; r++) {
-        be->bn_moments(be->ctx, mine[r], var[r], x + r * per, N, C, HW);
+        be->bn_moments(be->ctx, mine[r], var[r], x + r * per, TFB_F32, N, C, HW);
         for (int ch = 0; ch < C; ch++) mean_sum[ch] += mine[r][ch];
     }
     for (int r = 0; r < R; r++) {
@@ -318,22 +320,74 @@ static void bn_nhwc_test(void) {
     enum { N = 3, C = 20, HW = 10, E = N * C * HW };
     float *x = rand_vec(E), *dy = rand_vec(E), *g = rand_vec(C), *b = rand_vec(C);
     float m[2][C], v[2][C], y[E], dx[E], sdy[2][C], sdx[2][C], dg[2][C] = {{0}}, db[2][C] = {{0}}, yl[E], dxl[E];
-    be->bn_moments(be->ctx, m[0], v[0], x, N, C, HW);
-    be->bn_apply(be->ctx, y, x, m[0], v[0], g, b, N, C, HW, 1e-5f, 0);
-    be->bn_bwd_reduce(be->ctx, sdy[0], sdx[0], dg[0], db[0], dy, x, m[0], v[0], g, b, N, C, HW, 1e-5f, 0);
-    be->bn_bwd_apply(be->ctx, dx, TFB_F32, dy, x, m[0], v[0], g, b, sdy[0], sdx[0], N * HW, N, C, HW, 1e-5f, 0);
-    float *xl = reorder(x, N, C, HW, 1), *dyl = reorder(dy, N, C, HW, 1);
-    be->bn_moments(be->ctx, m[1], v[1], xl, N * HW, C, 1);
-    be->bn_apply(be->ctx, yl, xl, m[1], v[1], g, b, N * HW, C, 1, 1e-5f, 0);
-    be->bn_bwd_reduce(be->ctx, sdy[1], sdx[1], dg[1], db[1], dyl, xl, m[1], v[1], g, b, N * HW, C, 1, 1e-5f, 0);
-    be->bn_bwd_apply(be->ctx, dxl, TFB_F32, dyl, xl, m[1], v[1], g, b, sdy[1], sdx[1], N * HW, N * HW, C, 1, 1e-5f,
+    be->bn_moments(be->ctx, m[0], v[0], x, TFB_F32, N, C, HW);
+    be->bn_apply(be->ctx, y, TFB_F32, x, TFB_F32, m[0], v[0], g, b, N, C, HW, 1e-5f, 0);
+    be->bn_bwd_reduce(be->ctx, sdy[0], sdx[0], dg[0], db[0], dy, x, TFB_F32, m[0], v[0], g, b, N, C, HW, 1e-5f, 0);
+    be->bn_bwd_apply(be->ctx, dx, TFB_F32, dy, x, TFB_F32, m[0], v[0], g, b, sdy[0], sdx[0], N * HW, N, C, HW, 1e-5f,
                      0);
+    float *xl = reorder(x, N, C, HW, 1), *dyl = reorder(dy, N, C, HW, 1);
+    be->bn_moments(be->ctx, m[1], v[1], xl, TFB_F32, N * HW, C, 1);
+    be->bn_apply(be->ctx, yl, TFB_F32, xl, TFB_F32, m[1], v[1], g, b, N * HW, C, 1, 1e-5f, 0);
+    be->bn_bwd_reduce(be->ctx, sdy[1], sdx[1], dg[1], db[1], dyl, xl, TFB_F32, m[1], v[1], g, b, N * HW, C, 1, 1e-5f,
+                      0);
+    be->bn_bwd_apply(be->ctx, dxl, TFB_F32, dyl, xl, TFB_F32, m[1], v[1], g, b, sdy[1], sdx[1], N * HW, N * HW, C, 1,
+                     1e-5f, 0);
     float *yb = reorder(yl, N, C, HW, 0), *dxb = reorder(dxl, N, C, HW, 0);
     double e = fmax(rel_diff(m[0], m[1], C), rel_diff(v[0], v[1], C));
     e = fmax(e, fmax(rel_diff(y, yb, E), rel_diff(dx, dxb, E)));
     e = fmax(e, fmax(rel_diff(dg[0], dg[1], C), rel_diff(db[0], db[1], C)));
     EXPECT("batchnorm_nhwc_as_rows_equals_nchw", e < 1e-5, "max rel diff %g", e);
     free(x); free(dy); free(g); free(b); free(xl); free(dyl); free(yb); free(dxb);
+}
+
+/* A 16-bit network's batch norm: x (the convolution's 16-bit output) and y in 16 bits against the FP32 ops on the
+ * same values widened, y rounded; and the convolution writing a 16-bit y against its FP32 y rounded. */
+static void bn_16bit_test(int n, int c, int hw, tfb_dtype t, const char *name) {
+    size_t e = (size_t)n * c * hw;
+    float *x = rand_vec(e), *dy = rand_vec(e), *g = rand_vec(c), *b = rand_vec(c), *y = malloc(e * 4);
+    float *st[2] = {calloc(4 * c, 4), calloc(4 * c, 4)}, *dx[2] = {malloc(e * 4), malloc(e * 4)};
+    uint16_t *x16 = malloc(e * 2), *y16 = malloc(e * 2), *yr = malloc(e * 2);
+    float mv[2][2][64];
+    be->cast(be->ctx, x16, t, x, TFB_F32, e);
+    be->cast(be->ctx, x, TFB_F32, x16, t, e); /* the FP32 ops see the rounded values */
+    for (int k = 0; k < 2; k++) {
+        const void *xk = k ? (const void *)x16 : x;
+        tfb_dtype xt = k ? t : TFB_F32;
+        float *s = st[k];
+        be->bn_moments(be->ctx, mv[k][0], mv[k][1], xk, xt, n, c, hw);
+        be->bn_bwd_reduce(be->ctx, s, s + c, s + 2 * c, s + 3 * c, dy, xk, xt, mv[k][0], mv[k][1], g, b, n, c, hw,
+                          1e-5f, 1);
+        be->bn_bwd_apply(be->ctx, dx[k], TFB_F32, dy, xk, xt, mv[k][0], mv[k][1], g, b, s, s + c, (double)n * hw, n,
+                         c, hw, 1e-5f, 1);
+    }
+    be->bn_apply(be->ctx, y, TFB_F32, x, TFB_F32, mv[0][0], mv[0][1], g, b, n, c, hw, 1e-5f, 1);
+    be->bn_apply(be->ctx, y16, t, x16, t, mv[1][0], mv[1][1], g, b, n, c, hw, 1e-5f, 1);
+    be->cast(be->ctx, yr, t, y, TFB_F32, e);
+    int same = !memcmp(mv[0][0], mv[1][0], c * 4) && !memcmp(mv[0][1], mv[1][1], c * 4) &&
+               !memcmp(st[0], st[1], 4 * c * 4) &&
+               !memcmp(dx[0], dx[1], e * 4) && !memcmp(y16, yr, e * 2);
+    EXPECT(name, same, "16-bit batch norm differs from FP32 on the widened values");
+    free(x); free(dy); free(g); free(b); free(y); free(st[0]); free(st[1]); free(dx[0]); free(dx[1]);
+    free(x16); free(y16); free(yr);
+}
+
+static void conv_16bit_y_test(void) {
+    tfb_conv_desc d = {.n = 2, .c = 3, .h = 7, .w = 6, .k = 4, .r = 3, .s = 3, .stride = 2, .pad = 1, .p = 4, .q = 3,
+                       .layout = TFB_NCHW, .in_type = TFB_F16};
+    size_t nx = 2 * 3 * 7 * 6, nw = 4 * 3 * 9, ny = 2 * 4 * 4 * 3;
+    float *x = rand_vec(nx), *w = rand_vec(nw), *y = malloc(ny * 4);
+    uint16_t *x16 = malloc(nx * 2), *w16 = malloc(nw * 2), *y16 = malloc(ny * 2), *yr = malloc(ny * 2);
+    be->cast(be->ctx, x16, TFB_F16, x, TFB_F32, nx);
+    be->cast(be->ctx, w16, TFB_F16, w, TFB_F32, nw);
+    be->conv_fwd(be->ctx, &d, y, x16, w16);
+    d.y_type = TFB_F16;
+    be->conv_fwd(be->ctx, &d, y16, x16, w16);
+    be->cast(be->ctx, yr, TFB_F16, y, TFB_F32, ny);
+    d.y_type = TFB_BF16; /* neither FP32 nor the input type */
+    tfb_status bad = be->conv_fwd(be->ctx, &d, y16, x16, w16);
+    EXPECT("conv_fwd_16bit_y_is_fp32_y_rounded", !memcmp(y16, yr, ny * 2) && bad == TFB_ERR_ARG,
+           "16-bit y differs or a mixed y type was accepted (%d)", (int)bad);
+    free(x); free(w); free(y); free(x16); free(w16); free(y16); free(yr);
 }
 
 static void test_relu_sgd(void) {
@@ -372,6 +426,9 @@ int main(void) {
     test_batchnorm();
     bn_relu_bwd_test(3, 4, 5, "batchnorm_bwd_fused_relu_and_16bit_dx_nchw");
     bn_relu_bwd_test(37, 20, 1, "batchnorm_bwd_fused_relu_and_16bit_dx_rows");
+    bn_16bit_test(3, 5, 7, TFB_F16, "batchnorm_fp16_x_and_y_nchw");
+    bn_16bit_test(41, 19, 1, TFB_BF16, "batchnorm_bf16_x_and_y_rows");
+    conv_16bit_y_test();
     test_bn_moments_merge(2);
     test_bn_moments_merge(3);
     test_pools();

@@ -16,7 +16,8 @@ static inline void tfb_cpu_store(void *p, tfb_dtype t, size_t i, float x) {
 
 /* Scratch slots of the CPU backend's context: FP32 buffers that grow to the largest request. */
 enum { TFB_CPU_SLOT_GEMM_A, TFB_CPU_SLOT_GEMM_B, TFB_CPU_SLOT_CONV_X, TFB_CPU_SLOT_CONV_W, TFB_CPU_SLOT_CONV_DY,
-       TFB_CPU_SLOT_COL, TFB_CPU_SLOT_GROUP, TFB_CPU_SLOTS };
+       TFB_CPU_SLOT_COL, TFB_CPU_SLOT_GROUP, TFB_CPU_SLOT_CONV_Y, TFB_CPU_SLOT_BN_X, TFB_CPU_SLOT_BN_Y,
+       TFB_CPU_SLOTS };
 
 tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out);
 void tfb_cpu_ops_install(tfb_backend *be);
@@ -40,11 +41,13 @@ tfb_status tfb_cpu_bn_rows_apply(float *y, const float *x, const float *mean, co
 tfb_status tfb_cpu_bn_rows_bwd_reduce(float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
                                       const float *dy, const float *x, const float *mean, const float *var,
                                       const float *gamma, const float *beta, int rows, int c, float eps, int relu);
-tfb_status tfb_cpu_bn_rows_bwd_apply(void *dx, tfb_dtype dx_type, const float *dy, const float *x, const float *mean,
-                                     const float *var, const float *gamma, const float *beta, const float *sum_dy,
+tfb_status tfb_cpu_bn_rows_bwd_apply(float *dx, const float *dy, const float *x, const float *mean, const float *var,
+                                     const float *gamma, const float *beta, const float *sum_dy,
                                      const float *sum_dy_xhat, double count, int rows, int c, float eps, int relu);
 /* Scratch slot `slot` with room for n floats (NULL when out of memory). */
 float *tfb_cpu_scratch(void *ctx, int slot, size_t n);
+/* src (n FP32 values) stored into dst of type t (16-bit: rounded to nearest even), in parallel. */
+void tfb_cpu_narrow(void *dst, tfb_dtype t, const float *src, size_t n);
 /* p (n elements of type t) as FP32: p itself, or widened (FP32 with tf32: rounded to TF32) into scratch `slot`. */
 const float *tfb_cpu_as_f32(void *ctx, int slot, const void *p, tfb_dtype t, int tf32, size_t n);
 

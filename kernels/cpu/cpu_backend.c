@@ -139,6 +139,11 @@ static void round_tf32(float *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = tfb_f32_round_tf32(src[i]);
 }
 
+void tfb_cpu_narrow(void *dst, tfb_dtype t, const float *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) tfb_cpu_store(dst, t, i, src[i]);
+}
+
 const float *tfb_cpu_as_f32(void *ctx, int slot, const void *p, tfb_dtype t, int tf32, size_t n) {
     if (t == TFB_F32 && !tf32) return p;
     float *dst = tfb_cpu_scratch(ctx, slot, n);

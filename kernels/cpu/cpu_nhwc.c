@@ -181,9 +181,28 @@ tfb_status tfb_cpu_avgpool_bwd_nhwc(float *dx, const float *dy, int n, int c, in
     return TFB_OK;
 }
 
-/* ---- batch norm on (rows, c): chunks of CH_CHUNK channels per thread, rows walked in order ---- */
+/* ---- batch norm on (rows, c): chunks of CH_CHUNK channels per thread, rows walked in order; each block of
+ * ROW_BLOCK rows summed in FP32 vector lanes, the blocks in double (as the NCHW ops sum planes) ---- */
 
 #define CH_CHUNK 16
+#define ROW_BLOCK 64
+
+/* The chunk of w channels from c0 of x (rows, c): sum of x, or (m not NULL) of (x - m)^2, into out (double). */
+static void rows_sum(double *out, const float *x, const float *m, int rows, int c, int c0, int w) {
+    for (int r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
+        int r1 = rows - r0 < ROW_BLOCK ? rows : r0 + ROW_BLOCK;
+        float p[CH_CHUNK] = {0};
+        for (int r = r0; r < r1; r++) {
+            const float *xr = x + (size_t)r * c + c0;
+#pragma omp simd
+            for (int j = 0; j < w; j++) {
+                float d = m ? xr[j] - m[j] : xr[j];
+                p[j] += m ? d * d : d;
+            }
+        }
+        for (int j = 0; j < w; j++) out[j] += p[j];
+    }
+}
 
 tfb_status tfb_cpu_bn_rows_moments(float *mean, float *var, const float *x, int rows, int c) {
 #pragma omp parallel for schedule(static)
@@ -191,14 +210,9 @@ tfb_status tfb_cpu_bn_rows_moments(float *mean, float *var, const float *x, int 
         int w = c - c0 < CH_CHUNK ? c - c0 : CH_CHUNK;
         double s[CH_CHUNK] = {0}, ss[CH_CHUNK] = {0};
         float m[CH_CHUNK];
-        for (int r = 0; r < rows; r++)
-            for (int j = 0; j < w; j++) s[j] += x[(size_t)r * c + c0 + j];
+        rows_sum(s, x, NULL, rows, c, c0, w);
         for (int j = 0; j < w; j++) m[j] = (float)(s[j] / rows);
-        for (int r = 0; r < rows; r++)
-            for (int j = 0; j < w; j++) {
-                float d = x[(size_t)r * c + c0 + j] - m[j];
-                ss[j] += d * d;
-            }
+        rows_sum(ss, x, m, rows, c, c0, w);
         for (int j = 0; j < w; j++) {
             mean[c0 + j] = m[j];
             var[c0 + j] = (float)(ss[j] / rows);
@@ -224,11 +238,24 @@ tfb_status tfb_cpu_bn_rows_apply(float *y, const float *x, const float *mean, co
     return TFB_OK;
 }
 
-/* sc: each channel's (scale, shift) of bn_apply's affine map, for the ReLU mask (chunk of w channels from c0) */
-static void rows_affine(float *sc, const float *mean, const float *var, const float *gamma, const float *beta,
-                        int c0, int w, float eps) {
-    for (int j = 0; j < w; j++)
-        tfb_bn_affine(mean[c0 + j], var[c0 + j], gamma[c0 + j], beta[c0 + j], eps, &sc[2 * j], &sc[2 * j + 1]);
+/* The chunk's (sum g, sum g (x - mean)) over the rows, g = dy gated by the ReLU (branch-free, so it vectorises). */
+static void rows_bwd_sums(double *s, double *sx, const float *dy, const float *x, const float *m, const float *scale,
+                          const float *shift, int rows, int c, int c0, int w, int relu) {
+    for (int r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
+        int r1 = rows - r0 < ROW_BLOCK ? rows : r0 + ROW_BLOCK;
+        float ps[CH_CHUNK] = {0}, psx[CH_CHUNK] = {0};
+        for (int r = r0; r < r1; r++) {
+            const float *xr = x + (size_t)r * c + c0, *gr = dy + (size_t)r * c + c0;
+#pragma omp simd
+            for (int j = 0; j < w; j++) {
+                int keep = (relu == 0) | (tfb_bn_value(xr[j], scale[j], shift[j]) > 0.0f);
+                float g = keep ? gr[j] : 0.0f;
+                ps[j] += g;
+                psx[j] += g * (xr[j] - m[j]);
+            }
+        }
+        for (int j = 0; j < w; j++) { s[j] += ps[j]; sx[j] += psx[j]; }
+    }
 }
 
 tfb_status tfb_cpu_bn_rows_bwd_reduce(float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
@@ -238,15 +265,10 @@ tfb_status tfb_cpu_bn_rows_bwd_reduce(float *sum_dy, float *sum_dy_xhat, float *
     for (int c0 = 0; c0 < c; c0 += CH_CHUNK) {
         int w = c - c0 < CH_CHUNK ? c - c0 : CH_CHUNK;
         double s[CH_CHUNK] = {0}, sx[CH_CHUNK] = {0};
-        float sc[2 * CH_CHUNK];
-        rows_affine(sc, mean, var, gamma, beta, c0, w, eps);
-        for (int r = 0; r < rows; r++)
-            for (int j = 0; j < w; j++) {
-                size_t i = (size_t)r * c + c0 + j;
-                float g = !relu || tfb_bn_value(x[i], sc[2 * j], sc[2 * j + 1]) > 0.0f ? dy[i] : 0.0f;
-                s[j] += g;
-                sx[j] += (double)g * (x[i] - mean[c0 + j]);
-            }
+        float scale[CH_CHUNK], shift[CH_CHUNK];
+        for (int j = 0; j < w; j++)
+            tfb_bn_affine(mean[c0 + j], var[c0 + j], gamma[c0 + j], beta[c0 + j], eps, &scale[j], &shift[j]);
+        rows_bwd_sums(s, sx, dy, x, mean + c0, scale, shift, rows, c, c0, w, relu);
         for (int j = 0; j < w; j++) {
             float t = (float)(sx[j] / sqrtf(var[c0 + j] + eps));
             sum_dy[c0 + j] = (float)s[j];
@@ -258,8 +280,8 @@ tfb_status tfb_cpu_bn_rows_bwd_reduce(float *sum_dy, float *sum_dy_xhat, float *
     return TFB_OK;
 }
 
-tfb_status tfb_cpu_bn_rows_bwd_apply(void *dx, tfb_dtype dx_type, const float *dy, const float *x, const float *mean,
-                                     const float *var, const float *gamma, const float *beta, const float *sum_dy,
+tfb_status tfb_cpu_bn_rows_bwd_apply(float *dx, const float *dy, const float *x, const float *mean, const float *var,
+                                     const float *gamma, const float *beta, const float *sum_dy,
                                      const float *sum_dy_xhat, double count, int rows, int c, float eps, int relu) {
     float *k = malloc(6 * (size_t)c * sizeof *k); /* rstd, gamma rstd, mean dy, mean dy xhat, scale, shift */
     if (!k) return TFB_ERR_NOMEM;
@@ -275,8 +297,9 @@ tfb_status tfb_cpu_bn_rows_bwd_apply(void *dx, tfb_dtype dx_type, const float *d
         for (int ch = 0; ch < c; ch++) {
             size_t i = (size_t)r * c + ch;
             float xhat = (x[i] - mean[ch]) * k[ch];
-            float g = !relu || tfb_bn_value(x[i], k[4 * c + ch], k[5 * c + ch]) > 0.0f ? dy[i] : 0.0f;
-            tfb_cpu_store(dx, dx_type, i, k[c + ch] * (g - k[2 * c + ch] - xhat * k[3 * c + ch]));
+            int keep = (relu == 0) | (tfb_bn_value(x[i], k[4 * c + ch], k[5 * c + ch]) > 0.0f);
+            float g = keep ? dy[i] : 0.0f;
+            dx[i] = k[c + ch] * (g - k[2 * c + ch] - xhat * k[3 * c + ch]);
         }
     free(k);
     return TFB_OK;

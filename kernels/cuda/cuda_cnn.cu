@@ -1,7 +1,9 @@
 /* cuda_cnn.cu — the CUDA backend's batch norm (training mode, with the cross-rank sums of synchronised batch norm
  * left to the caller) and pooling, computing what cpu_conv.c computes: two-pass moments, biased batch variance,
  * the same backward formula, max pooling with a saved argmax (index within the image plane) and global average
- * pooling, in FP32, NCHW and NHWC. Convolutions are in cuda_blas.cu.
+ * pooling, in FP32, NCHW and NHWC. Batch norm reads its input x in FP32 or 16 bits (a 16-bit network's
+ * convolution outputs) and writes its output in either; statistics and sums are FP32 (double across blocks).
+ * Convolutions are in cuda_blas.cu.
  *
  * A channel's reduction covers n planes of hw values. Each channel's planes are split over enough blocks to give
  * every SM a few (64 channels alone would leave half of an H100 idle), each block writes a partial sum, and the
@@ -21,6 +23,22 @@
 #define BLOCKS_PER_SM 4
 
 static cudaStream_t S(void *ctx) { return ((cuda_ctx *)ctx)->stream; }
+
+/* Element i of an FP32 or 16-bit tensor as FP32, and x stored into one (16-bit: rounded to nearest even). */
+__device__ __forceinline__ float ldf(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ldf(const __half *p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ float ldf(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void stf(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void stf(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void stf(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+/* Runs the statement with T the C++ type of tfb_dtype t (the kernels' template argument). */
+#define TYPE_CASE(t, T, ...)                                                        \
+    do {                                                                            \
+        if ((t) == TFB_F16) { typedef __half T; __VA_ARGS__; }                      \
+        else if ((t) == TFB_BF16) { typedef __nv_bfloat16 T; __VA_ARGS__; }         \
+        else { typedef float T; __VA_ARGS__; }                                      \
+    } while (0)
 
 /* ---- channel reductions ---- */
 
@@ -59,26 +77,27 @@ __device__ __forceinline__ double channel_total(const float *partial, int ch, in
     return t;
 }
 
-__global__ void k_bn_sum(float *partial, const float *x, int n, int c, int hw, int splits) {
+template <typename X> __global__ void k_bn_sum(float *partial, const X *x, int n, int c, int hw, int splits) {
     int i0, i1, ch = block_planes(n, splits, &i0, &i1);
-    const float *base = x + ((size_t)i0 * c + ch) * hw;
+    const X *base = x + ((size_t)i0 * c + ch) * hw;
     unsigned count = (unsigned)(i1 - i0) * (unsigned)hw;
     float s = 0.0f;
-    for (unsigned e = threadIdx.x; e < count; e += blockDim.x) s += base[block_offset(e, hw, c)];
+    for (unsigned e = threadIdx.x; e < count; e += blockDim.x) s += ldf(base, block_offset(e, hw, c));
     s = tfb_block_sum(s);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
 /* The mean from the first pass's partials; partial sums of squared deviations from it. */
-__global__ void k_bn_sqdev(float *mean, float *partial_sq, const float *partial_sum, const float *x, int n, int c,
-                           int hw, int splits) {
+template <typename X>
+__global__ void k_bn_sqdev(float *mean, float *partial_sq, const float *partial_sum, const X *x, int n, int c, int hw,
+                           int splits) {
     int i0, i1, ch = block_planes(n, splits, &i0, &i1);
     float m = (float)(channel_total(partial_sum, ch, splits, 1, 0) / ((double)n * hw));
-    const float *base = x + ((size_t)i0 * c + ch) * hw;
+    const X *base = x + ((size_t)i0 * c + ch) * hw;
     unsigned count = (unsigned)(i1 - i0) * (unsigned)hw;
     float ss = 0.0f;
     for (unsigned e = threadIdx.x; e < count; e += blockDim.x) {
-        float d = base[block_offset(e, hw, c)] - m;
+        float d = ldf(base, block_offset(e, hw, c)) - m;
         ss += d * d;
     }
     ss = tfb_block_sum(ss);
@@ -145,8 +164,8 @@ __device__ __forceinline__ float col_gate(float a, float b, float scale, float s
 /* Over this lane's rows of [r0, r1) (every COL_Y-th, from r0 + threadIdx.y), with COL_UNROLL rows' loads in
  * flight: *s_out = sum of a[r, ch]; *t_out = MODE 1: sum of (a - m)^2, MODE 2: sum of a (b - m), MODE 0: 0.
  * MODE 2 gates a by the ReLU of bn (scale, shift) when relu. */
-template <int MODE>
-__device__ __forceinline__ void col_lane(const float *a, const float *b, float m, int r0, int r1, int c, int ch,
+template <int MODE, typename A, typename B>
+__device__ __forceinline__ void col_lane(const A *a, const B *b, float m, int r0, int r1, int c, int ch,
                                          float *s_out, float *t_out, float scale = 0.0f, float shift = 0.0f,
                                          int relu = 0) {
     float s[COL_UNROLL] = {0}, t[COL_UNROLL] = {0};
@@ -156,8 +175,8 @@ __device__ __forceinline__ void col_lane(const float *a, const float *b, float m
 #pragma unroll
         for (int u = 0; u < COL_UNROLL; u++) {
             size_t i = (size_t)(r + u * COL_Y) * c + ch;
-            vb[u] = MODE == 2 ? b[i] : 0.0f;
-            va[u] = MODE == 2 ? col_gate(a[i], vb[u], scale, shift, relu) : a[i];
+            vb[u] = MODE == 2 ? ldf(b, i) : 0.0f;
+            va[u] = MODE == 2 ? col_gate(ldf(a, i), vb[u], scale, shift, relu) : ldf(a, i);
         }
 #pragma unroll
         for (int u = 0; u < COL_UNROLL; u++) {
@@ -168,7 +187,8 @@ __device__ __forceinline__ void col_lane(const float *a, const float *b, float m
     }
     for (; r < r1; r += COL_Y) {
         size_t i = (size_t)r * c + ch;
-        float vb = MODE == 2 ? b[i] : 0.0f, va = MODE == 2 ? col_gate(a[i], vb, scale, shift, relu) : a[i];
+        float vb = MODE == 2 ? ldf(b, i) : 0.0f;
+        float va = MODE == 2 ? col_gate(ldf(a, i), vb, scale, shift, relu) : ldf(a, i);
         s[0] += va;
         if (MODE == 1) t[0] += (va - m) * (va - m);
         if (MODE == 2) t[0] += va * (vb - m);
@@ -178,10 +198,10 @@ __device__ __forceinline__ void col_lane(const float *a, const float *b, float m
     for (int u = 0; u < COL_UNROLL; u++) { *s_out += s[u]; *t_out += t[u]; }
 }
 
-__global__ void k_col_sum(float *partial, const float *x, int rows, int c, int splits) {
+template <typename X> __global__ void k_col_sum(float *partial, const X *x, int rows, int c, int splits) {
     int r0, r1, ch = col_rows(rows, splits, &r0, &r1);
     float s = 0.0f, unused = 0.0f;
-    if (ch < c) col_lane<0>(x, NULL, 0.0f, r0, r1, c, ch, &s, &unused);
+    if (ch < c) col_lane<0>(x, (const float *)NULL, 0.0f, r0, r1, c, ch, &s, &unused);
     s = col_block_sum(s);
     if (threadIdx.y == 0 && ch < c) partial[(size_t)ch * splits + blockIdx.y] = s;
 }
@@ -192,17 +212,19 @@ __global__ void k_bn_mean(float *mean, const float *partial_sum, int c, double c
     TFB_GRID_LOOP(ch, (size_t)c) mean[ch] = (float)(channel_total(partial_sum, (int)ch, splits, 1, 0) / count);
 }
 
-__global__ void k_col_sqdev(float *partial_sq, const float *mean, const float *x, int rows, int c, int splits) {
+template <typename X>
+__global__ void k_col_sqdev(float *partial_sq, const float *mean, const X *x, int rows, int c, int splits) {
     int r0, r1, ch = col_rows(rows, splits, &r0, &r1);
     float s = 0.0f, ss = 0.0f;
-    if (ch < c) col_lane<1>(x, NULL, mean[ch], r0, r1, c, ch, &s, &ss);
+    if (ch < c) col_lane<1>(x, (const float *)NULL, mean[ch], r0, r1, c, ch, &s, &ss);
     ss = col_block_sum(ss);
     if (threadIdx.y == 0 && ch < c) partial_sq[(size_t)ch * splits + blockIdx.y] = ss;
 }
 
 /* Partial (sum g, sum g (x - mean)) of the block's rows, g = dy gated by the ReLU (bn_bwd), in the plane kernels'
  * layout. */
-__global__ void k_col_bwd_partial(float *partial, const float *dy, const float *x, bn_bwd bn, int rows, int c,
+template <typename X>
+__global__ void k_col_bwd_partial(float *partial, const float *dy, const X *x, bn_bwd bn, int rows, int c,
                                   int splits) {
     int r0, r1, ch = col_rows(rows, splits, &r0, &r1);
     float s = 0.0f, sx = 0.0f;
@@ -221,7 +243,8 @@ __global__ void k_col_bwd_partial(float *partial, const float *dy, const float *
 /* 32-bit element indices (and their strides) stay below 2^32 for tensors under 2^31 elements. */
 static int index32(size_t elements) { return elements < ((size_t)1 << 31); }
 
-static tfb_status cuda_bn_moments(void *ctx, float *mean, float *var, const float *x, int n, int c, int hw) {
+template <typename X>
+static tfb_status bn_moments_typed(void *ctx, float *mean, float *var, const X *x, int n, int c, int hw) {
     cuda_ctx *cc = (cuda_ctx *)ctx;
     float *p;
     if (c < 1 || n < 1) return TFB_OK;
@@ -245,35 +268,51 @@ static tfb_status cuda_bn_moments(void *ctx, float *mean, float *var, const floa
     return TFB_OK;
 }
 
+static tfb_status cuda_bn_moments(void *ctx, float *mean, float *var, const void *x, tfb_dtype x_type, int n, int c,
+                                  int hw) {
+    TYPE_CASE(x_type, X, return bn_moments_typed(ctx, mean, var, (const X *)x, n, c, hw));
+}
+
 /* ---- element-wise batch norm, indexed in I (unsigned when the tensor has under 2^31 elements) ---- */
 
-template <typename I>
-__global__ void k_bn_apply(float *y, const float *x, const float *mean, const float *var, const float *gamma,
+template <typename Y, typename X, typename I>
+__global__ void k_bn_apply(Y *y, const X *x, const float *mean, const float *var, const float *gamma,
                            const float *beta, I total, I c, I hw, float eps, int relu) {
     for (I e = blockIdx.x * (I)blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
         int ch = (int)(hw == 1 ? e % c : e / hw % c);
         float scale, shift;
         tfb_bn_affine(mean[ch], var[ch], gamma[ch], beta[ch], eps, &scale, &shift);
-        float v = tfb_bn_value(x[e], scale, shift);
-        y[e] = relu ? tfb_act_value(TFB_ACT_RELU, v) : v;
+        float v = tfb_bn_value(ldf(x, e), scale, shift);
+        stf(y, e, relu ? tfb_act_value(TFB_ACT_RELU, v) : v);
     }
 }
 
-static tfb_status cuda_bn_apply(void *ctx, float *y, const float *x, const float *mean, const float *var,
-                                const float *gamma, const float *beta, int n, int c, int hw, float eps, int relu) {
-    size_t total = (size_t)n * c * hw;
+template <typename Y, typename X>
+static tfb_status bn_apply_typed(void *ctx, Y *y, const X *x, const float *mean, const float *var, const float *gamma,
+                                 const float *beta, size_t total, int c, int hw, float eps, int relu) {
     if (index32(total))
-        k_bn_apply<unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+        k_bn_apply<Y, X, unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
             y, x, mean, var, gamma, beta, (unsigned)total, (unsigned)c, (unsigned)hw, eps, relu);
     else
-        k_bn_apply<size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+        k_bn_apply<Y, X, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
             y, x, mean, var, gamma, beta, total, (size_t)c, (size_t)hw, eps, relu);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
+static tfb_status cuda_bn_apply(void *ctx, void *y, tfb_dtype y_type, const void *x, tfb_dtype x_type,
+                                const float *mean, const float *var, const float *gamma, const float *beta, int n,
+                                int c, int hw, float eps, int relu) {
+    size_t total = (size_t)n * c * hw;
+    if (total == 0) return TFB_OK;
+    TYPE_CASE(y_type, Y, TYPE_CASE(x_type, X, return bn_apply_typed(ctx, (Y *)y, (const X *)x, mean, var, gamma,
+                                                                     beta, total, c, hw, eps, relu)));
+    return TFB_OK;
+}
+
 /* Partial (sum g, sum g (x - mean)) of each block's planes, g = dy gated by the ReLU. */
-__global__ void k_bn_bwd_partial(float *partial, const float *dy, const float *x, bn_bwd bn, int n, int c, int hw,
+template <typename X>
+__global__ void k_bn_bwd_partial(float *partial, const float *dy, const X *x, bn_bwd bn, int n, int c, int hw,
                                  int splits) {
     int i0, i1, ch = block_planes(n, splits, &i0, &i1);
     size_t first = ((size_t)i0 * c + ch) * hw;
@@ -282,7 +321,7 @@ __global__ void k_bn_bwd_partial(float *partial, const float *dy, const float *x
     bn_affine_of(bn, ch, &scale, &shift);
     for (unsigned e = threadIdx.x; e < count; e += blockDim.x) {
         size_t i = first + block_offset(e, hw, c);
-        float xi = x[i], g = col_gate(dy[i], xi, scale, shift, bn.relu);
+        float xi = ldf(x, i), g = col_gate(dy[i], xi, scale, shift, bn.relu);
         s += g;
         sx += g * (xi - m);
     }
@@ -305,10 +344,19 @@ __global__ void k_bn_bwd_finish(float *sum_dy, float *sum_dy_xhat, float *dgamma
     }
 }
 
+template <typename X>
+static tfb_status bn_bwd_partials(void *ctx, float *p, const float *dy, const X *x, const bn_bwd &bn, int n, int c,
+                                  int hw, int splits) {
+    if (hw == 1) k_col_bwd_partial<<<col_grid(c, splits), dim3(COL_X, COL_Y), 0, S(ctx)>>>(p, dy, x, bn, n, c, splits);
+    else k_bn_bwd_partial<<<c * splits, CH_THREADS, 0, S(ctx)>>>(p, dy, x, bn, n, c, hw, splits);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
 static tfb_status cuda_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
-                                     const float *dy, const float *x, const float *mean, const float *var,
-                                     const float *gamma, const float *beta, int n, int c, int hw, float eps,
-                                     int relu) {
+                                     const float *dy, const void *x, tfb_dtype x_type, const float *mean,
+                                     const float *var, const float *gamma, const float *beta, int n, int c, int hw,
+                                     float eps, int relu) {
     cuda_ctx *cc = (cuda_ctx *)ctx;
     float *p;
     if (c < 1 || n < 1) return TFB_OK;
@@ -316,59 +364,51 @@ static tfb_status cuda_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xha
     int splits = hw == 1 ? col_split_of(cc, c, n) : split_of(cc, c, n);
     bn_bwd bn = {mean, var, gamma, beta, eps, relu};
     TFB_CHECK(partials_reserve(cc, c, splits, 2, &p));
-    if (hw == 1) k_col_bwd_partial<<<col_grid(c, splits), dim3(COL_X, COL_Y), 0, S(ctx)>>>(p, dy, x, bn, n, c, splits);
-    else k_bn_bwd_partial<<<c * splits, CH_THREADS, 0, S(ctx)>>>(p, dy, x, bn, n, c, hw, splits);
-    TFB_CHECK_LAUNCH();
+    TYPE_CASE(x_type, X, TFB_CHECK(bn_bwd_partials(ctx, p, dy, (const X *)x, bn, n, c, hw, splits)));
     k_bn_bwd_finish<<<tfb_cuda_blocks((size_t)c), TFB_CUDA_THREADS, 0, S(ctx)>>>(sum_dy, sum_dy_xhat, dgamma, dbeta, p,
                                                                                 var, c, splits, eps);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
-/* dx of type T (FP32, or 16-bit rounded to nearest even as it is written) */
-__device__ __forceinline__ void store_dx(float *p, size_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void store_dx(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
-__device__ __forceinline__ void store_dx(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
-
-template <typename T, typename I>
-__global__ void k_bn_bwd_apply(T *dx, const float *dy, const float *x, bn_bwd bn, const float *sum_dy,
+/* dx of type T (FP32, or 16-bit rounded to nearest even as it is written) from x of type X */
+template <typename T, typename X, typename I>
+__global__ void k_bn_bwd_apply(T *dx, const float *dy, const X *x, bn_bwd bn, const float *sum_dy,
                                const float *sum_dy_xhat, double count, I total, I c, I hw) {
     for (I e = blockIdx.x * (I)blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
         int ch = (int)(hw == 1 ? e % c : e / hw % c);
         float rstd = rsqrtf(bn.var[ch] + bn.eps), g = bn.gamma[ch] * rstd, scale, shift;
         float mdy = (float)(sum_dy[ch] / count), mdx = (float)(sum_dy_xhat[ch] / count);
         bn_affine_of(bn, ch, &scale, &shift);
-        float xe = x[e], xhat = (xe - bn.mean[ch]) * rstd;
-        store_dx(dx, e, g * (col_gate(dy[e], xe, scale, shift, bn.relu) - mdy - xhat * mdx));
+        float xe = ldf(x, e), xhat = (xe - bn.mean[ch]) * rstd;
+        stf(dx, e, g * (col_gate(dy[e], xe, scale, shift, bn.relu) - mdy - xhat * mdx));
     }
 }
 
-template <typename T>
-static tfb_status bn_bwd_apply_launch(void *ctx, T *dx, const float *dy, const float *x, const bn_bwd &bn,
-                                      const float *sum_dy, const float *sum_dy_xhat, double count, size_t total, int c,
-                                      int hw) {
+template <typename T, typename X>
+static tfb_status bn_bwd_apply_typed(void *ctx, T *dx, const float *dy, const X *x, const bn_bwd &bn,
+                                     const float *sum_dy, const float *sum_dy_xhat, double count, size_t total, int c,
+                                     int hw) {
     if (index32(total))
-        k_bn_bwd_apply<T, unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+        k_bn_bwd_apply<T, X, unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
             dx, dy, x, bn, sum_dy, sum_dy_xhat, count, (unsigned)total, (unsigned)c, (unsigned)hw);
     else
-        k_bn_bwd_apply<T, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+        k_bn_bwd_apply<T, X, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
             dx, dy, x, bn, sum_dy, sum_dy_xhat, count, total, (size_t)c, (size_t)hw);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
-static tfb_status cuda_bn_bwd_apply(void *ctx, void *dx, tfb_dtype dx_type, const float *dy, const float *x,
-                                    const float *mean, const float *var, const float *gamma, const float *beta,
-                                    const float *sum_dy, const float *sum_dy_xhat, double count, int n, int c, int hw,
-                                    float eps, int relu) {
+static tfb_status cuda_bn_bwd_apply(void *ctx, void *dx, tfb_dtype dx_type, const float *dy, const void *x,
+                                    tfb_dtype x_type, const float *mean, const float *var, const float *gamma,
+                                    const float *beta, const float *sum_dy, const float *sum_dy_xhat, double count,
+                                    int n, int c, int hw, float eps, int relu) {
     size_t total = (size_t)n * c * hw;
     bn_bwd bn = {mean, var, gamma, beta, eps, relu};
     if (total == 0) return TFB_OK;
-    if (dx_type == TFB_F16)
-        return bn_bwd_apply_launch(ctx, (__half *)dx, dy, x, bn, sum_dy, sum_dy_xhat, count, total, c, hw);
-    if (dx_type == TFB_BF16)
-        return bn_bwd_apply_launch(ctx, (__nv_bfloat16 *)dx, dy, x, bn, sum_dy, sum_dy_xhat, count, total, c, hw);
-    return bn_bwd_apply_launch(ctx, (float *)dx, dy, x, bn, sum_dy, sum_dy_xhat, count, total, c, hw);
+    TYPE_CASE(dx_type, T, TYPE_CASE(x_type, X, return bn_bwd_apply_typed(ctx, (T *)dx, dy, (const X *)x, bn, sum_dy,
+                                                                          sum_dy_xhat, count, total, c, hw)));
+    return TFB_OK;
 }
 
 __global__ void k_bn_moments_merge(float *mean, float *var, const float *mine, int c, int ranks) {
