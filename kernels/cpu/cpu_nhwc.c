@@ -6,12 +6,13 @@
  * (pixels, k) is already NHWC, so no copy back is needed. 1x1 stride-1 convolutions use x itself as the operand.
  * Max pooling saves the argmax as the index within the image plane (ih * w + iw), as cpu_conv.c does for NCHW.
  * Batch norm sees an (n, h, w, c) tensor as (n*h*w, c, 1); cpu_conv.c hands that shape (hw == 1) to the row
- * versions here, which walk rows and keep a chunk of channels' sums in double, instead of striding down one
- * channel at a time. This file does not widen 16-bit inputs itself (cpu_conv.c hands it FP32 operands) and has
+ * versions here, whose threads split the rows and sum every channel of a row at once (contiguous, vectorised),
+ * instead of striding down one channel at a time. This file does not widen 16-bit inputs itself (cpu_conv.c hands it FP32 operands) and has
  * no NCHW code.
  */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cpu.h"
@@ -181,44 +182,74 @@ tfb_status tfb_cpu_avgpool_bwd_nhwc(float *dx, const float *dy, int n, int c, in
     return TFB_OK;
 }
 
-/* ---- batch norm on (rows, c): chunks of CH_CHUNK channels per thread, rows walked in order; each block of
- * ROW_BLOCK rows summed in FP32 vector lanes, the blocks in double (as the NCHW ops sum planes) ---- */
+/* ---- batch norm on (rows, c): the threads split the rows (whole rows: contiguous reads), each block of ROW_BLOCK
+ * rows is summed per channel in FP32 vector lanes, the blocks into the thread's double partials, and the threads'
+ * partials are added in thread order (deterministic for a thread count) ---- */
 
-#define CH_CHUNK 16
 #define ROW_BLOCK 64
 
-/* The chunk of w channels from c0 of x (rows, c): sum of x, or (m not NULL) of (x - m)^2, into out (double). */
-static void rows_sum(double *out, const float *x, const float *m, int rows, int c, int c0, int w) {
-    for (int r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
-        int r1 = rows - r0 < ROW_BLOCK ? rows : r0 + ROW_BLOCK;
-        float p[CH_CHUNK] = {0};
-        for (int r = r0; r < r1; r++) {
-            const float *xr = x + (size_t)r * c + c0;
+enum { SUM_X, SUM_SQDEV, SUM_BWD }; /* sum x; sum (x - m)^2; sum g and sum g (x - m), g = dy gated by the ReLU */
+
+/* The FP32 lanes of one row for `mode` (branch-free ReLU gate, so the loops vectorise). */
+static void rows_row(float *p, int mode, const float *xr, const float *gr, const float *m, const float *scale,
+                     const float *shift, int c, int relu) {
+    if (mode == SUM_X) {
 #pragma omp simd
-            for (int j = 0; j < w; j++) {
-                float d = m ? xr[j] - m[j] : xr[j];
-                p[j] += m ? d * d : d;
-            }
+        for (int ch = 0; ch < c; ch++) p[ch] += xr[ch];
+    } else if (mode == SUM_SQDEV) {
+#pragma omp simd
+        for (int ch = 0; ch < c; ch++) p[ch] += (xr[ch] - m[ch]) * (xr[ch] - m[ch]);
+    } else if (gr) { /* SUM_BWD */
+#pragma omp simd
+        for (int ch = 0; ch < c; ch++) {
+            int keep = (relu == 0) | (tfb_bn_value(xr[ch], scale[ch], shift[ch]) > 0.0f);
+            float g = keep ? gr[ch] : 0.0f;
+            p[ch] += g;
+            p[c + ch] += g * (xr[ch] - m[ch]);
         }
-        for (int j = 0; j < w; j++) out[j] += p[j];
     }
 }
 
-tfb_status tfb_cpu_bn_rows_moments(float *mean, float *var, const float *x, int rows, int c) {
-#pragma omp parallel for schedule(static)
-    for (int c0 = 0; c0 < c; c0 += CH_CHUNK) {
-        int w = c - c0 < CH_CHUNK ? c - c0 : CH_CHUNK;
-        double s[CH_CHUNK] = {0}, ss[CH_CHUNK] = {0};
-        float m[CH_CHUNK];
-        rows_sum(s, x, NULL, rows, c, c0, w);
-        for (int j = 0; j < w; j++) m[j] = (float)(s[j] / rows);
-        rows_sum(ss, x, m, rows, c, c0, w);
-        for (int j = 0; j < w; j++) {
-            mean[c0 + j] = m[j];
-            var[c0 + j] = (float)(ss[j] / rows);
+/* out (c, or 2c for SUM_BWD) = the per-channel sums of `mode` over the rows of x (rows, c) (and dy). */
+static tfb_status rows_sums(double *out, int mode, const float *x, const float *dy, const float *m,
+                            const float *scale, const float *shift, int rows, int c, int relu) {
+    size_t k = (size_t)(mode == SUM_BWD ? 2 : 1) * c;
+    int threads = omp_get_max_threads(), blocks = (rows + ROW_BLOCK - 1) / ROW_BLOCK;
+    double *acc = calloc((size_t)threads * k, sizeof *acc);
+    float *lanes = malloc((size_t)threads * k * sizeof *lanes);
+    if (!acc || !lanes) { free(acc); free(lanes); return TFB_ERR_NOMEM; }
+#pragma omp parallel num_threads(threads)
+    {
+        double *a = acc + (size_t)omp_get_thread_num() * k;
+        float *p = lanes + (size_t)omp_get_thread_num() * k;
+#pragma omp for schedule(static)
+        for (int bl = 0; bl < blocks; bl++) {
+            int r1 = rows - bl * ROW_BLOCK < ROW_BLOCK ? rows : (bl + 1) * ROW_BLOCK;
+            memset(p, 0, k * sizeof *p);
+            for (int r = bl * ROW_BLOCK; r < r1; r++)
+                rows_row(p, mode, x + (size_t)r * c, dy ? dy + (size_t)r * c : NULL, m, scale, shift, c, relu);
+            for (size_t i = 0; i < k; i++) a[i] += p[i];
         }
     }
+    for (size_t i = 0; i < k; i++) out[i] = 0;
+    for (int t = 0; t < threads; t++)
+        for (size_t i = 0; i < k; i++) out[i] += acc[(size_t)t * k + i];
+    free(acc);
+    free(lanes);
     return TFB_OK;
+}
+
+tfb_status tfb_cpu_bn_rows_moments(float *mean, float *var, const float *x, int rows, int c) {
+    double *s = malloc((size_t)c * sizeof *s);
+    tfb_status st = s ? rows_sums(s, SUM_X, x, NULL, NULL, NULL, NULL, rows, c, 0) : TFB_ERR_NOMEM;
+    if (st == TFB_OK) {
+        for (int ch = 0; ch < c; ch++) mean[ch] = (float)(s[ch] / rows);
+        st = rows_sums(s, SUM_SQDEV, x, NULL, mean, NULL, NULL, rows, c, 0);
+    }
+    if (st == TFB_OK)
+        for (int ch = 0; ch < c; ch++) var[ch] = (float)(s[ch] / rows);
+    free(s);
+    return st;
 }
 
 tfb_status tfb_cpu_bn_rows_apply(float *y, const float *x, const float *mean, const float *var, const float *gamma,
@@ -238,46 +269,26 @@ tfb_status tfb_cpu_bn_rows_apply(float *y, const float *x, const float *mean, co
     return TFB_OK;
 }
 
-/* The chunk's (sum g, sum g (x - mean)) over the rows, g = dy gated by the ReLU (branch-free, so it vectorises). */
-static void rows_bwd_sums(double *s, double *sx, const float *dy, const float *x, const float *m, const float *scale,
-                          const float *shift, int rows, int c, int c0, int w, int relu) {
-    for (int r0 = 0; r0 < rows; r0 += ROW_BLOCK) {
-        int r1 = rows - r0 < ROW_BLOCK ? rows : r0 + ROW_BLOCK;
-        float ps[CH_CHUNK] = {0}, psx[CH_CHUNK] = {0};
-        for (int r = r0; r < r1; r++) {
-            const float *xr = x + (size_t)r * c + c0, *gr = dy + (size_t)r * c + c0;
-#pragma omp simd
-            for (int j = 0; j < w; j++) {
-                int keep = (relu == 0) | (tfb_bn_value(xr[j], scale[j], shift[j]) > 0.0f);
-                float g = keep ? gr[j] : 0.0f;
-                ps[j] += g;
-                psx[j] += g * (xr[j] - m[j]);
-            }
-        }
-        for (int j = 0; j < w; j++) { s[j] += ps[j]; sx[j] += psx[j]; }
-    }
-}
-
 tfb_status tfb_cpu_bn_rows_bwd_reduce(float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
                                       const float *dy, const float *x, const float *mean, const float *var,
                                       const float *gamma, const float *beta, int rows, int c, float eps, int relu) {
-#pragma omp parallel for schedule(static)
-    for (int c0 = 0; c0 < c; c0 += CH_CHUNK) {
-        int w = c - c0 < CH_CHUNK ? c - c0 : CH_CHUNK;
-        double s[CH_CHUNK] = {0}, sx[CH_CHUNK] = {0};
-        float scale[CH_CHUNK], shift[CH_CHUNK];
-        for (int j = 0; j < w; j++)
-            tfb_bn_affine(mean[c0 + j], var[c0 + j], gamma[c0 + j], beta[c0 + j], eps, &scale[j], &shift[j]);
-        rows_bwd_sums(s, sx, dy, x, mean + c0, scale, shift, rows, c, c0, w, relu);
-        for (int j = 0; j < w; j++) {
-            float t = (float)(sx[j] / sqrtf(var[c0 + j] + eps));
-            sum_dy[c0 + j] = (float)s[j];
-            sum_dy_xhat[c0 + j] = t;
-            dgamma[c0 + j] += t;
-            dbeta[c0 + j] += (float)s[j];
-        }
+    float *sc = calloc(2 * (size_t)c, sizeof *sc); /* scale, shift of bn_apply's map, for the ReLU gate */
+    double *s = malloc(2 * (size_t)c * sizeof *s);  /* sum g, sum g (x - mean) */
+    tfb_status st = sc && s ? TFB_OK : TFB_ERR_NOMEM;
+    if (st == TFB_OK) {
+        for (int ch = 0; ch < c; ch++) tfb_bn_affine(mean[ch], var[ch], gamma[ch], beta[ch], eps, &sc[ch], &sc[c + ch]);
+        st = rows_sums(s, SUM_BWD, x, dy, mean, sc, sc + c, rows, c, relu);
     }
-    return TFB_OK;
+    for (int ch = 0; st == TFB_OK && ch < c; ch++) {
+        float t = (float)(s[c + ch] / sqrtf(var[ch] + eps));
+        sum_dy[ch] = (float)s[ch];
+        sum_dy_xhat[ch] = t;
+        dgamma[ch] += t;
+        dbeta[ch] += (float)s[ch];
+    }
+    free(sc);
+    free(s);
+    return st;
 }
 
 tfb_status tfb_cpu_bn_rows_bwd_apply(float *dx, const float *dy, const float *x, const float *mean, const float *var,
