@@ -13,6 +13,7 @@
  * load) that write the same partials. Element-wise kernels index with 32-bit arithmetic when the tensor allows (a
  * 64-bit division per element would make them compute-bound).
  */
+#include <limits.h>
 #include <math.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -275,27 +276,59 @@ static tfb_status cuda_bn_moments(void *ctx, float *mean, float *var, const void
 
 /* ---- element-wise batch norm, indexed in I (unsigned when the tensor has under 2^31 elements) ---- */
 
+/* ---- element-wise batch norm: a small kernel computes each channel's coefficients once (no square root or
+ * double division per element), then NHWC tensors (hw == 1) take a (channel, row) grid whose threads keep their
+ * channel's coefficients in registers and walk rows (no division for the channel), and NCHW ones a grid-stride
+ * loop indexed in I (unsigned when the tensor has under 2^31 elements) ---- */
+
+/* coef (2, c): bn_apply's scale and shift per channel */
+__global__ void k_bn_apply_coeffs(float *coef, const float *mean, const float *var, const float *gamma,
+                                  const float *beta, int c, float eps) {
+    TFB_GRID_LOOP(ch, (size_t)c) tfb_bn_affine(mean[ch], var[ch], gamma[ch], beta[ch], eps, &coef[ch], &coef[c + ch]);
+}
+
+__device__ __forceinline__ float bn_out(float x, float scale, float shift, int relu) {
+    float v = tfb_bn_value(x, scale, shift);
+    return relu ? tfb_act_value(TFB_ACT_RELU, v) : v;
+}
+
 template <typename Y, typename X, typename I>
-__global__ void k_bn_apply(Y *y, const X *x, const float *mean, const float *var, const float *gamma,
-                           const float *beta, I total, I c, I hw, float eps, int relu) {
+__global__ void k_bn_apply(Y *y, const X *x, const float *coef, I total, I c, I hw, int relu) {
     for (I e = blockIdx.x * (I)blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
-        int ch = (int)(hw == 1 ? e % c : e / hw % c);
-        float scale, shift;
-        tfb_bn_affine(mean[ch], var[ch], gamma[ch], beta[ch], eps, &scale, &shift);
-        float v = tfb_bn_value(ldf(x, e), scale, shift);
-        stf(y, e, relu ? tfb_act_value(TFB_ACT_RELU, v) : v);
+        int ch = (int)(e / hw % c);
+        stf(y, e, bn_out(ldf(x, e), coef[ch], coef[c + ch], relu));
     }
 }
 
+/* (rows, c): block (COL_X channels, COL_Y row lanes), grid (channel blocks, row splits) */
 template <typename Y, typename X>
-static tfb_status bn_apply_typed(void *ctx, Y *y, const X *x, const float *mean, const float *var, const float *gamma,
-                                 const float *beta, size_t total, int c, int hw, float eps, int relu) {
-    if (index32(total))
+__global__ void k_bn_apply_rows(Y *y, const X *x, const float *coef, int rows, int c, int relu) {
+    int ch = blockIdx.x * COL_X + threadIdx.x;
+    if (ch >= c) return;
+    float scale = coef[ch], shift = coef[c + ch];
+    for (int r = blockIdx.y * COL_Y + threadIdx.y; r < rows; r += gridDim.y * COL_Y) {
+        size_t i = (size_t)r * c + ch;
+        stf(y, i, bn_out(ldf(x, i), scale, shift, relu));
+    }
+}
+
+/* Row splits for the element-wise (rows, c) kernels: COL_BLOCKS_PER_SM blocks per SM over all channel blocks. */
+static dim3 rows_grid(const cuda_ctx *cc, int rows, int c) {
+    return col_grid(c, col_split_of(cc, c, rows));
+}
+
+template <typename Y, typename X>
+static tfb_status bn_apply_typed(void *ctx, Y *y, const X *x, const float *coef, int n, int c, int hw, int relu) {
+    size_t total = (size_t)n * c * hw;
+    if (hw == 1)
+        k_bn_apply_rows<Y, X><<<rows_grid((cuda_ctx *)ctx, n, c), dim3(COL_X, COL_Y), 0, S(ctx)>>>(y, x, coef, n, c,
+                                                                                                  relu);
+    else if (index32(total))
         k_bn_apply<Y, X, unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
-            y, x, mean, var, gamma, beta, (unsigned)total, (unsigned)c, (unsigned)hw, eps, relu);
+            y, x, coef, (unsigned)total, (unsigned)c, (unsigned)hw, relu);
     else
-        k_bn_apply<Y, X, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
-            y, x, mean, var, gamma, beta, total, (size_t)c, (size_t)hw, eps, relu);
+        k_bn_apply<Y, X, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(y, x, coef, total, (size_t)c,
+                                                                                           (size_t)hw, relu);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -303,10 +336,15 @@ static tfb_status bn_apply_typed(void *ctx, Y *y, const X *x, const float *mean,
 static tfb_status cuda_bn_apply(void *ctx, void *y, tfb_dtype y_type, const void *x, tfb_dtype x_type,
                                 const float *mean, const float *var, const float *gamma, const float *beta, int n,
                                 int c, int hw, float eps, int relu) {
-    size_t total = (size_t)n * c * hw;
-    if (total == 0) return TFB_OK;
-    TYPE_CASE(y_type, Y, TYPE_CASE(x_type, X, return bn_apply_typed(ctx, (Y *)y, (const X *)x, mean, var, gamma,
-                                                                     beta, total, c, hw, eps, relu)));
+    float *coef;
+    if ((size_t)n * c * hw == 0) return TFB_OK;
+    if (n > INT_MAX / (hw > 0 ? hw : 1)) return TFB_ERR_ARG;
+    TFB_CHECK(partials_reserve((cuda_ctx *)ctx, c, 1, 2, &coef));
+    k_bn_apply_coeffs<<<tfb_cuda_blocks((size_t)c), TFB_CUDA_THREADS, 0, S(ctx)>>>(coef, mean, var, gamma, beta, c,
+                                                                                   eps);
+    TFB_CHECK_LAUNCH();
+    TYPE_CASE(y_type, Y, TYPE_CASE(x_type, X, return bn_apply_typed(ctx, (Y *)y, (const X *)x, coef, n, c, hw,
+                                                                     relu)));
     return TFB_OK;
 }
 
@@ -371,30 +409,69 @@ static tfb_status cuda_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xha
     return TFB_OK;
 }
 
+/* coef (7, c) per channel: gamma rstd, mean g, mean g xhat, rstd, mean, and bn_apply's scale and shift (the gate);
+ * the means of the sums in double, as the CPU computes them */
+enum { BC_G, BC_MDY, BC_MDX, BC_RSTD, BC_MEAN, BC_SCALE, BC_SHIFT, BC_N };
+__global__ void k_bn_bwd_coeffs(float *coef, bn_bwd bn, const float *sum_dy, const float *sum_dy_xhat, double count,
+                                int c) {
+    TFB_GRID_LOOP(ch, (size_t)c) {
+        float rstd = rsqrtf(bn.var[ch] + bn.eps);
+        coef[BC_G * c + ch] = bn.gamma[ch] * rstd;
+        coef[BC_MDY * c + ch] = (float)(sum_dy[ch] / count);
+        coef[BC_MDX * c + ch] = (float)(sum_dy_xhat[ch] / count);
+        coef[BC_RSTD * c + ch] = rstd;
+        coef[BC_MEAN * c + ch] = bn.mean[ch];
+        bn_affine_of(bn, (int)ch, &coef[BC_SCALE * c + ch], &coef[BC_SHIFT * c + ch]);
+    }
+}
+
+/* One channel's coefficients, read once. */
+struct bn_dx {
+    float g, mdy, mdx, rstd, mean, scale, shift;
+    __device__ __forceinline__ bn_dx(const float *coef, int c, int ch)
+        : g(coef[BC_G * c + ch]), mdy(coef[BC_MDY * c + ch]), mdx(coef[BC_MDX * c + ch]),
+          rstd(coef[BC_RSTD * c + ch]), mean(coef[BC_MEAN * c + ch]), scale(coef[BC_SCALE * c + ch]),
+          shift(coef[BC_SHIFT * c + ch]) {}
+    __device__ __forceinline__ float of(float dy, float x, int relu) const {
+        float xhat = (x - mean) * rstd;
+        return g * (col_gate(dy, x, scale, shift, relu) - mdy - xhat * mdx);
+    }
+};
+
 /* dx of type T (FP32, or 16-bit rounded to nearest even as it is written) from x of type X */
 template <typename T, typename X, typename I>
-__global__ void k_bn_bwd_apply(T *dx, const float *dy, const X *x, bn_bwd bn, const float *sum_dy,
-                               const float *sum_dy_xhat, double count, I total, I c, I hw) {
+__global__ void k_bn_bwd_apply(T *dx, const float *dy, const X *x, const float *coef, I total, I c, I hw, int relu) {
     for (I e = blockIdx.x * (I)blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
-        int ch = (int)(hw == 1 ? e % c : e / hw % c);
-        float rstd = rsqrtf(bn.var[ch] + bn.eps), g = bn.gamma[ch] * rstd, scale, shift;
-        float mdy = (float)(sum_dy[ch] / count), mdx = (float)(sum_dy_xhat[ch] / count);
-        bn_affine_of(bn, ch, &scale, &shift);
-        float xe = ldf(x, e), xhat = (xe - bn.mean[ch]) * rstd;
-        stf(dx, e, g * (col_gate(dy[e], xe, scale, shift, bn.relu) - mdy - xhat * mdx));
+        int ch = (int)(e / hw % c);
+        stf(dx, e, bn_dx(coef, (int)c, ch).of(dy[e], ldf(x, e), relu));
     }
 }
 
 template <typename T, typename X>
-static tfb_status bn_bwd_apply_typed(void *ctx, T *dx, const float *dy, const X *x, const bn_bwd &bn,
-                                     const float *sum_dy, const float *sum_dy_xhat, double count, size_t total, int c,
-                                     int hw) {
-    if (index32(total))
+__global__ void k_bn_bwd_apply_rows(T *dx, const float *dy, const X *x, const float *coef, int rows, int c,
+                                    int relu) {
+    int ch = blockIdx.x * COL_X + threadIdx.x;
+    if (ch >= c) return;
+    bn_dx k(coef, c, ch);
+    for (int r = blockIdx.y * COL_Y + threadIdx.y; r < rows; r += gridDim.y * COL_Y) {
+        size_t i = (size_t)r * c + ch;
+        stf(dx, i, k.of(dy[i], ldf(x, i), relu));
+    }
+}
+
+template <typename T, typename X>
+static tfb_status bn_bwd_apply_typed(void *ctx, T *dx, const float *dy, const X *x, const float *coef, int n, int c,
+                                     int hw, int relu) {
+    size_t total = (size_t)n * c * hw;
+    if (hw == 1)
+        k_bn_bwd_apply_rows<T, X><<<rows_grid((cuda_ctx *)ctx, n, c), dim3(COL_X, COL_Y), 0, S(ctx)>>>(dx, dy, x, coef,
+                                                                                                      n, c, relu);
+    else if (index32(total))
         k_bn_bwd_apply<T, X, unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
-            dx, dy, x, bn, sum_dy, sum_dy_xhat, count, (unsigned)total, (unsigned)c, (unsigned)hw);
+            dx, dy, x, coef, (unsigned)total, (unsigned)c, (unsigned)hw, relu);
     else
         k_bn_bwd_apply<T, X, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
-            dx, dy, x, bn, sum_dy, sum_dy_xhat, count, total, (size_t)c, (size_t)hw);
+            dx, dy, x, coef, total, (size_t)c, (size_t)hw, relu);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -403,11 +480,16 @@ static tfb_status cuda_bn_bwd_apply(void *ctx, void *dx, tfb_dtype dx_type, cons
                                     tfb_dtype x_type, const float *mean, const float *var, const float *gamma,
                                     const float *beta, const float *sum_dy, const float *sum_dy_xhat, double count,
                                     int n, int c, int hw, float eps, int relu) {
-    size_t total = (size_t)n * c * hw;
     bn_bwd bn = {mean, var, gamma, beta, eps, relu};
-    if (total == 0) return TFB_OK;
-    TYPE_CASE(dx_type, T, TYPE_CASE(x_type, X, return bn_bwd_apply_typed(ctx, (T *)dx, dy, (const X *)x, bn, sum_dy,
-                                                                          sum_dy_xhat, count, total, c, hw)));
+    float *coef;
+    if ((size_t)n * c * hw == 0) return TFB_OK;
+    if (n > INT_MAX / (hw > 0 ? hw : 1)) return TFB_ERR_ARG;
+    TFB_CHECK(partials_reserve((cuda_ctx *)ctx, c, 1, BC_N, &coef));
+    k_bn_bwd_coeffs<<<tfb_cuda_blocks((size_t)c), TFB_CUDA_THREADS, 0, S(ctx)>>>(coef, bn, sum_dy, sum_dy_xhat, count,
+                                                                                 c);
+    TFB_CHECK_LAUNCH();
+    TYPE_CASE(dx_type, T, TYPE_CASE(x_type, X, return bn_bwd_apply_typed(ctx, (T *)dx, dy, (const X *)x, coef, n, c,
+                                                                          hw, relu)));
     return TFB_OK;
 }
 
