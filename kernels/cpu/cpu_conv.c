@@ -184,7 +184,6 @@ static tfb_status cpu_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *
     return TFB_OK;
 }
 
-/* Each image plane is summed in FP32 vector lanes, the planes in double. */
 /* x of type t as FP32 (itself, or widened into the batch-norm scratch slot) */
 static const float *bn_input(void *ctx, const void *x, tfb_dtype t, int n, int c, int hw) {
     return tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_BN_X, x, t, 0, (size_t)n * c * hw);
@@ -199,6 +198,7 @@ static tfb_status bn_output_finish(void *out, tfb_dtype t, const float *v, int n
     return TFB_OK;
 }
 
+/* Each image plane is summed in FP32 vector lanes, the planes in double. */
 static tfb_status cpu_bn_moments(void *ctx, float *mean, float *var, const void *xt, tfb_dtype x_type, int n, int c,
                                  int hw) {
     const float *x = bn_input(ctx, xt, x_type, n, c, hw);
