@@ -17,8 +17,10 @@
  * cores without transposes). Shapes below are written in NCHW order; in NHWC the same tensors are channels-last,
  * filters are (K, R, S, C), a channel shard is a column range of (n*H*W, C) rows, and images are drawn in NCHW
  * order and reordered, so both layouts train on the same numbers. In FP16/BF16 every convolution output z is
- * stored in 16 bits, and so is the output y of a unit that only the next unit's convolution reads (one rank per
- * tensor group); batch-norm statistics, block outputs and gradients are FP32. This file does not time, schedule
+ * stored in 16 bits; with one rank per tensor group so is every block unit's output y (its readers, the next
+ * convolution and the block's sum, take 16 bits) and every block output but the stage's last (read by the next
+ * block's convolutions and its sum; the last one feeds the head or the next stage in FP32), so no cast runs
+ * before a convolution. Batch-norm statistics and gradients are FP32. This file does not time, schedule
  * micro-batches or update parameters.
  */
 #include <math.h>
@@ -58,7 +60,9 @@ typedef struct {
     rn_unit proj;
     int has_proj;
     float *in_full;            /* (n, Cin, H, W) the gathered block input, under tensor parallelism */
-    float *out;                /* (n, Cout / T, P, Q) ReLU(main + shortcut) */
+    void *out;                 /* (n, Cout / T, P, Q) ReLU(main + shortcut), of out_type */
+    tfb_dtype out_type;        /* the GEMM type when the next block on this stage reads it (one rank per tensor
+                                * group), else FP32 */
 } rn_block;
 
 /* One micro-batch's activations. */
@@ -300,6 +304,8 @@ static int unit_hw_out(const rn_unit *u) { return u->cd.p * u->cd.q; }
 static int has_stem(const resnet_model *m) { return m->u0 == 0; }
 static int has_head(const resnet_model *m) { return m->u1 == m->n_units; }
 static int has_block(const resnet_model *m, int b) { return 1 + b >= m->u0 && 1 + b < m->u1; }
+/* The last block this stage holds (below its first when it holds none). */
+static int stage_last_block(const resnet_model *m) { return m->u1 - 2 < m->n_blocks ? m->u1 - 2 : m->n_blocks - 1; }
 
 static void note_sizes(resnet_model *m, const rn_unit *u) {
     size_t out = unit_out(u), in = unit_in(u);
@@ -322,12 +328,13 @@ static void note_recompute(resnet_model *m, const rn_unit *u, int pos) {
 static size_t type_bytes(tfb_dtype t) { return t == TFB_F32 ? 4 : 2; }
 
 /* gathered: the unit reads a gathered copy of its input (tensor parallelism, not a block's first units);
- * pos: its place in a block (0..2, 3: projection), -1 for the stem; feeds: the next unit of its block reads its
- * output (whole, without a gather: one rank per tensor group), so y is kept in the GEMM type. */
-static void plan_unit(resnet_model *m, rn_unit *u, rn_unit *shared, int gathered, int pos, int feeds) {
+ * pos: its place in a block (0..2, 3: projection), -1 for the stem. A block unit's output is read by the next
+ * unit's convolution or the block's sum, which take it whole in the GEMM type with one rank per tensor group; the
+ * stem's by the max pool, in FP32. */
+static void plan_unit(resnet_model *m, rn_unit *u, rn_unit *shared, int gathered, int pos) {
     tfb_mempool *a = &m->pools[1];
     size_t out = unit_out(u), k = (size_t)u->cd.k;
-    u->y_type = feeds && m->T == 1 ? m->wc.gemm_type : TFB_F32;
+    u->y_type = pos >= 0 && m->T == 1 ? m->wc.gemm_type : TFB_F32;
     if (m->wc.checkpointing && pos >= 0) {
         note_recompute(m, u, pos);
     } else {
@@ -344,14 +351,17 @@ static void plan_unit(resnet_model *m, rn_unit *u, rn_unit *shared, int gathered
     note_sizes(m, u);
 }
 
-static void plan_block(resnet_model *m, rn_block *bl, rn_block *shared) {
+/* last: the stage's last block, whose output goes to the head or the next stage in FP32. */
+static void plan_block(resnet_model *m, rn_block *bl, rn_block *shared, int last) {
     tfb_mempool *a = &m->pools[1];
-    for (int i = 0; i < bl->n_units; i++) plan_unit(m, &bl->u[i], &shared->u[i], i > 0, i, i < bl->n_units - 1);
-    if (bl->has_proj) plan_unit(m, &bl->proj, &shared->proj, 0, 3, 0);
+    for (int i = 0; i < bl->n_units; i++) plan_unit(m, &bl->u[i], &shared->u[i], i > 0, i);
+    if (bl->has_proj) plan_unit(m, &bl->proj, &shared->proj, 0, 3);
+    bl->out_type = !last && m->T == 1 ? m->wc.gemm_type : TFB_F32;
     size_t in_full = unit_in(&bl->u[0]);
     if (m->T > 1 && m->wc.checkpointing && in_full > m->rc_in_full_elems) m->rc_in_full_elems = in_full;
     if (m->T > 1 && !m->wc.checkpointing) tfb_mempool_add(a, (void **)&bl->in_full, in_full * 4);
-    tfb_mempool_add(a, (void **)&bl->out, unit_out(&bl->u[bl->n_units - 1]) * 4); /* the next block's input */
+    size_t out = unit_out(&bl->u[bl->n_units - 1]);
+    tfb_mempool_add(a, &bl->out, out * type_bytes(bl->out_type)); /* the next block's input */
 }
 
 /* Checkpointing: the buffers one block's recomputation fills, shared by every block and activation set. */
@@ -383,14 +393,14 @@ static void plan_net(resnet_model *m, rn_net *net) {
     size_t n = (size_t)m->n;
     if (!has_stem(m)) tfb_mempool_add(a, (void **)&net->x_in, stage_in_elems(m) * 4);
     if (has_stem(m)) {
-        plan_unit(m, &net->stem, &m->net[0].stem, 0, -1, 0);
+        plan_unit(m, &net->stem, &m->net[0].stem, 0, -1);
         size_t pooled = n * net->stem.cd.k * m->pool_p * m->pool_q;
         tfb_mempool_add(a, (void **)&net->pooled_stem, pooled * 4);
         tfb_mempool_add(a, (void **)&net->argmax, pooled * sizeof(int));
         tfb_mempool_add(&m->pools[3], (void **)&net->images, n * 3 * m->image * m->image * 4);
     }
     for (int b = 0; b < m->n_blocks; b++)
-        if (has_block(m, b)) plan_block(m, &net->blocks[b], &m->net[0].blocks[b]);
+        if (has_block(m, b)) plan_block(m, &net->blocks[b], &m->net[0].blocks[b], b == stage_last_block(m));
     if (!has_head(m)) return;
     tfb_mempool_add(a, (void **)&net->pooled, n * (size_t)(m->feat / m->T) * 4);
     tfb_mempool_add(a, (void **)&net->pooled_full, n * (size_t)m->feat * 4);
@@ -614,8 +624,7 @@ static tfb_status unit_fwd(resnet_model *m, rn_unit *u, const void *x, tfb_dtype
     return be->bn_running_update(be->ctx, u->run_mean, u->run_var, u->mean, u->var, d->k, BN_MOMENTUM, count);
 }
 
-/* y of a unit whose output is FP32 (the stem, a projection, a block's last unit, every unit under tensor
- * parallelism). */
+/* y of a unit whose output is FP32 (the stem, every unit under tensor parallelism or in an FP32 network). */
 static float *unit_y32(const rn_unit *u) { return u->y_type == TFB_F32 ? (float *)u->y : NULL; }
 
 /* The whole tensor a unit reads, given this rank's channels of it. */
@@ -626,12 +635,17 @@ static tfb_status whole_input(resnet_model *m, rn_unit *u, float *gathered, cons
     return TFB_OK;
 }
 
-/* x: this rank's channels of the block input. Under tensor parallelism every unit output is FP32 (it is
- * gathered); with one rank per tensor group a unit feeding the next one hands it y in the GEMM type. */
-static tfb_status block_fwd(resnet_model *m, rn_block *b, const float *x) {
-    const float *whole, *in;
-    TFB_CHECK(whole_input(m, &b->u[0], b->in_full, x, &whole));
-    TFB_CHECK(unit_fwd(m, &b->u[0], whole, TFB_F32));
+/* x (of x_type): this rank's channels of the block input. Under tensor parallelism every unit output is FP32 (it
+ * is gathered); with one rank per tensor group each unit hands the next one, and the block's sum, y in the GEMM
+ * type. */
+static tfb_status block_fwd(resnet_model *m, rn_block *b, const void *x, tfb_dtype x_type) {
+    const float *in;
+    const void *whole = x; /* FP32 under tensor parallelism */
+    if (m->T > 1) {
+        TFB_CHECK(whole_input(m, &b->u[0], b->in_full, x, &in));
+        whole = in;
+    }
+    TFB_CHECK(unit_fwd(m, &b->u[0], whole, x_type));
     for (int i = 1; i < b->n_units; i++) {
         const rn_unit *prev = &b->u[i - 1];
         if (m->T == 1) {
@@ -641,14 +655,16 @@ static tfb_status block_fwd(resnet_model *m, rn_block *b, const float *x) {
         TFB_CHECK(whole_input(m, &b->u[i], b->u[i].xg, unit_y32(prev), &in));
         TFB_CHECK(unit_fwd(m, &b->u[i], in, TFB_F32));
     }
-    const float *shortcut = x;
+    const void *shortcut = x;
+    tfb_dtype s_type = x_type;
     if (b->has_proj) {
-        TFB_CHECK(unit_fwd(m, &b->proj, whole, TFB_F32));
-        shortcut = unit_y32(&b->proj);
+        TFB_CHECK(unit_fwd(m, &b->proj, whole, x_type));
+        shortcut = b->proj.y;
+        s_type = b->proj.y_type;
     }
-    size_t n = unit_out(&b->u[b->n_units - 1]);
-    TFB_CHECK(m->be->residual_add(m->be->ctx, b->out, unit_y32(&b->u[b->n_units - 1]), shortcut, n));
-    return m->be->act_fwd(m->be->ctx, TFB_ACT_RELU, b->out, b->out, n);
+    const rn_unit *last = &b->u[b->n_units - 1];
+    return m->be->add_relu(m->be->ctx, b->out, b->out_type, last->y, last->y_type, shortcut, s_type, unit_out(last),
+                           1);
 }
 
 static tfb_status gemm(resnet_model *m, int ta, int tb, int M, int N, int K, const void *a, int lda, const void *b,
@@ -744,7 +760,8 @@ static tfb_status resnet_forward(void *self, int step, int mb, int slot, double 
     (void)mb;
     TFB_CHECK(tfb_workload_slot_take(&m->wl, slot, m->wc.slots, m->busy));
     double t0 = tfb_workload_unit_start(&m->wl, m->be);
-    const float *x = has_stem(m) ? stem_fwd(m, net, &st) : net->x_in;
+    const void *x = has_stem(m) ? (const void *)stem_fwd(m, net, &st) : net->x_in;
+    tfb_dtype x_type = TFB_F32;
     TFB_CHECK(st);
     if (has_stem(m)) TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 0, t0));
     int b_last = m->u0 - 2; /* the block whose output x is (-1: the stem) */
@@ -752,14 +769,16 @@ static tfb_status resnet_forward(void *self, int step, int mb, int slot, double 
         if (!has_block(m, b)) continue;
         t0 = tfb_workload_unit_start(&m->wl, m->be);
         if (m->wc.checkpointing) use_recompute_buffers(m, &net->blocks[b]);
-        TFB_CHECK(block_fwd(m, &net->blocks[b], x));
+        TFB_CHECK(block_fwd(m, &net->blocks[b], x, x_type));
         TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 1 + b, t0));
         x = net->blocks[b].out;
+        x_type = net->blocks[b].out_type;
         b_last = b;
     }
     *loss = 0;
     if (!has_head(m)) return TFB_OK;
     t0 = tfb_workload_unit_start(&m->wl, m->be);
+    if (x_type != TFB_F32) return TFB_ERR_STATE; /* the stage's last block writes FP32 */
     TFB_CHECK(head_fwd(m, net, x, block_hw(m, net, b_last), loss));
     return tfb_workload_unit_stop(&m->wl, m->be, m->n_units - 1, t0);
 }
@@ -804,7 +823,7 @@ static tfb_status block_bwd(resnet_model *m, rn_block *b, float *g_out, float *g
     tfb_backend *be = m->be;
     rn_unit *u0 = &b->u[0];
     size_t n_out = unit_out(&b->u[b->n_units - 1]), n_in = unit_in(u0) / (size_t)m->T;
-    TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_RELU, g_out, g_out, b->out, n_out));
+    TFB_CHECK(be->relu_bwd(be->ctx, g_out, g_out, b->out, b->out_type, n_out));
     float *d = g_out, *next = t1;
     for (int i = b->n_units - 1; i >= 1; i--) {
         TFB_CHECK(unit_bwd_local(m, &b->u[i], d, next));
@@ -857,9 +876,14 @@ static tfb_status stem_bwd(resnet_model *m, rn_net *net, float *g, float *work) 
     return unit_bwd(m, &net->stem, g, NULL); /* the first layer needs no input gradient */
 }
 
-/* The input of block b: the previous block's output, the stem's, or what the previous stage sent. */
-static const float *block_input(resnet_model *m, rn_net *net, int b) {
-    if (b > 0 && 1 + b > m->u0) return net->blocks[b - 1].out;
+/* The input of block b (*type: its type): the previous block's output, the stem's, or what the previous stage
+ * sent. */
+static const void *block_input(resnet_model *m, rn_net *net, int b, tfb_dtype *type) {
+    *type = TFB_F32;
+    if (b > 0 && 1 + b > m->u0) {
+        *type = net->blocks[b - 1].out_type;
+        return net->blocks[b - 1].out;
+    }
     if (!has_stem(m)) return net->x_in;
     return m->cfg.stem_pool ? net->pooled_stem : unit_y32(&net->stem);
 }
@@ -870,7 +894,9 @@ static tfb_status recompute_block(resnet_model *m, rn_net *net, int b) {
     TFB_CHECK(tfb_workload_mark(&m->wl, TFB_MARK_RECOMPUTE_BEGIN));
     use_recompute_buffers(m, &net->blocks[b]);
     m->recomputing = 1;
-    tfb_status st = block_fwd(m, &net->blocks[b], block_input(m, net, b));
+    tfb_dtype x_type;
+    const void *x = block_input(m, net, b, &x_type);
+    tfb_status st = block_fwd(m, &net->blocks[b], x, x_type);
     m->recomputing = 0;
     TFB_CHECK(st);
     return tfb_workload_mark(&m->wl, TFB_MARK_RECOMPUTE_END);
@@ -883,7 +909,7 @@ static tfb_status resnet_backward(void *self, int step, int mb, int slot, float 
     (void)step;
     (void)mb;
     float *g_out = m->g[0], *g_in = m->g[1];
-    int b_hi = m->u1 - 2 < m->n_blocks ? m->u1 - 2 : m->n_blocks - 1; /* the stage's last block */
+    int b_hi = stage_last_block(m);
     double t0 = tfb_workload_unit_start(&m->wl, m->be);
     if (has_head(m)) {
         TFB_CHECK(head_bwd(m, net, loss_scale, g_out, block_hw(m, net, b_hi)));
@@ -918,7 +944,7 @@ static const float *resnet_stage_output(void *self, int slot) {
     if (has_head(m)) return NULL;
     int b = m->u1 - 2;
     if (b < 0) return m->cfg.stem_pool ? m->net[slot].pooled_stem : unit_y32(&m->net[slot].stem);
-    return m->net[slot].blocks[b].out;
+    return m->net[slot].blocks[b].out; /* FP32: the stage's last block */
 }
 
 static float *resnet_grad_output(void *self) {

@@ -6,7 +6,9 @@
  *   - Gradients of parameters ACCUMULATE (+=), so micro-batches and tied weights add up; gradients of activations
  *     OVERWRITE.
  *   - Element-wise ops may run in place (out == in) unless the comment says otherwise.
- *   - FP16/BF16 appear only as GEMM inputs and cast targets; everything else is FP32 (formulas.md, mixed precision).
+ *   - FP16/BF16 appear as GEMM and convolution inputs, cast targets, and the activations of a 16-bit CNN (the ops
+ *     that take a tfb_dtype for a tensor); statistics, parameters and everything else are FP32 (formulas.md,
+ *     mixed precision).
  *   - Dropout masks come from kernels/philox.h keyed by (seed, site) with the element's global index as counter.
  * This header deliberately holds no implementation and no #if for any backend: kernels/registry.c picks one.
  */
@@ -223,6 +225,12 @@ struct tfb_backend {
     /* running = (1 - momentum) running + momentum batch, the variance unbiased with count (c) */
     tfb_status (*bn_running_update)(void *ctx, float *run_mean, float *run_var, const float *mean, const float *var,
                                     int c, float momentum, double count);
+    /* out (n) of out_type = a (n, of a_type) + b (n, of b_type), then ReLU when relu, in one pass (a residual
+     * block's output); the sum is formed in FP32 and rounded once. out may alias a or b when of the same type. */
+    tfb_status (*add_relu)(void *ctx, void *out, tfb_dtype out_type, const void *a, tfb_dtype a_type, const void *b,
+                           tfb_dtype b_type, size_t n, int relu);
+    /* din (n) = dout where y > 0, else 0: a ReLU's backward given its output y (n) of y_type; din may alias dout */
+    tfb_status (*relu_bwd)(void *ctx, float *din, const float *dout, const void *y, tfb_dtype y_type, size_t n);
     /* max pool of x (n, c, h, w) into y (n, c, p, q) (both in `layout` order), window r x r, stride, pad; argmax
      * (like y) saved: the index within the image plane, ih * w + iw */
     tfb_status (*maxpool_fwd)(void *ctx, float *y, int *argmax, const float *x, int n, int c, int h, int w, int r,

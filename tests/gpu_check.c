@@ -278,6 +278,23 @@ static void check_elementwise(void) {
     release(&x); release(&y); release(&dy); release(&dx);
 }
 
+/* A residual block's sum + ReLU: out and a in type t (FP32 or 16-bit), b in FP32 or t; and the ReLU's backward
+ * from that output. */
+static void check_add_relu(tfb_dtype t, tfb_dtype b_type) {
+    size_t n = 100003;
+    char name[40];
+    pair a = rand_typed(n, t), bb = rand_typed(n, b_type), y = t == TFB_F32 ? poisoned(n) : poisoned16(n);
+    pair yw = poisoned(n), dy = rand_f32(n, -1, 1), dx = poisoned(n);
+    const char *p = prec_name(t, 0);
+    BOTH(be->add_relu(be->ctx, V(y), t, V(a), t, V(bb), b_type, n, 1));
+    BOTH(be->cast(be->ctx, F(yw), TFB_F32, V(y), t, n));
+    snprintf(name, sizeof name, "add_relu b %s", prec_name(b_type, 0));
+    verdict(name, p, t == TFB_F32 ? TOL_FP32 : TOL_16, &yw, 1);
+    BOTH(be->relu_bwd(be->ctx, F(dx), F(dy), V(y), t, n));
+    verdict("relu_bwd", p, TOL_FP32, &dx, 1);
+    release(&a); release(&bb); release(&y); release(&yw); release(&dy); release(&dx);
+}
+
 static void check_bias(void) {
     int n = 517, h = 600;
     pair x = rand_f32((size_t)n * h, -1, 1), bias = rand_f32((size_t)h, -1, 1), db = rand_f32((size_t)h, -1, 1);
@@ -600,6 +617,10 @@ static void gc_run_all(void) {
     check_layernorm();
     check_softmax();
     check_elementwise();
+    check_add_relu(TFB_F32, TFB_F32);
+    check_add_relu(TFB_F16, TFB_F32);
+    check_add_relu(TFB_F16, TFB_F16);
+    check_add_relu(TFB_BF16, TFB_BF16);
     check_bias();
     check_dropout();
     check_xent();

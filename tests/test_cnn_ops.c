@@ -4,7 +4,8 @@
  * loop (also with FP16 inputs); training-mode batch norm (input, gamma, beta); max pool 3x3/2; global average pool;
  * ReLU; SGD with momentum against its closed form; running statistics against their definition. The NHWC
  * (channels-last) convolutions and pools against the NCHW ones on the same numbers reordered, and batch norm over
- * an NHWC tensor viewed as (n*h*w, c, 1) against the NCHW call.
+ * an NHWC tensor viewed as (n*h*w, c, 1) against the NCHW call. The 16-bit forms of batch norm, the convolution's
+ * output, a residual block's sum + ReLU and the ReLU's backward against the FP32 ops on the widened values.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -380,6 +381,40 @@ static void conv_16bit_y_test(void) {
     free(x); free(w); free(y); free(x16); free(w16); free(y16); free(yr);
 }
 
+/* A residual block's sum + ReLU with 16-bit operands and output against the FP32 op on the widened operands, the
+ * result rounded (also in place over a); and the ReLU's backward from a 16-bit output against the same from its
+ * widened copy. */
+static void add_relu_test(tfb_dtype t, const char *name) {
+    size_t n = 1001;
+    float *a = rand_vec(n), *b = rand_vec(n), *y = malloc(n * 4), *aw = malloc(n * 4), *dy = rand_vec(n);
+    float *d[2] = {malloc(n * 4), malloc(n * 4)}, *yw = malloc(n * 4);
+    uint16_t *a16 = malloc(n * 2), *y16 = malloc(n * 2), *yr = malloc(n * 2);
+    be->cast(be->ctx, a16, t, a, TFB_F32, n);
+    be->cast(be->ctx, aw, TFB_F32, a16, t, n);
+    int same = 1, cut = 0, kept = 0;
+    for (int relu = 0; relu < 2; relu++) {
+        be->add_relu(be->ctx, y, TFB_F32, aw, TFB_F32, b, TFB_F32, n, relu);
+        be->add_relu(be->ctx, y16, t, a16, t, b, TFB_F32, n, relu);
+        be->cast(be->ctx, yr, t, y, TFB_F32, n);
+        same &= !memcmp(y16, yr, n * 2);
+    }
+    for (size_t i = 0; i < n; i++) {
+        float v = aw[i] + b[i];
+        same &= y[i] == (v > 0 ? v : 0.0f); /* the FP32 op itself */
+        cut += y[i] == 0.0f;
+        kept += y[i] > 0.0f;
+    }
+    be->add_relu(be->ctx, a16, t, a16, t, b, TFB_F32, n, 1); /* in place */
+    same &= !memcmp(a16, yr, n * 2);
+    be->cast(be->ctx, yw, TFB_F32, y16, t, n);
+    be->relu_bwd(be->ctx, d[0], dy, y16, t, n);
+    be->relu_bwd(be->ctx, d[1], dy, yw, TFB_F32, n);
+    for (size_t i = 0; i < n; i++) same &= d[1][i] == (yw[i] > 0 ? dy[i] : 0.0f);
+    same &= !memcmp(d[0], d[1], n * 4);
+    EXPECT(name, same && cut > 0 && kept > 0, "differs from the FP32 op rounded (%d cut, %d kept)", cut, kept);
+    free(a); free(b); free(y); free(aw); free(dy); free(d[0]); free(d[1]); free(yw); free(a16); free(y16); free(yr);
+}
+
 static void test_relu_sgd(void) {
     float x[4] = {-1.0f, 0.5f, 2.0f, -0.25f}, y[4], d[4] = {1, 1, 1, 1};
     be->act_fwd(be->ctx, TFB_ACT_RELU, y, x, 4);
@@ -419,6 +454,8 @@ int main(void) {
     bn_16bit_test(3, 5, 7, TFB_F16, "batchnorm_fp16_x_and_y_nchw");
     bn_16bit_test(41, 19, 1, TFB_BF16, "batchnorm_bf16_x_and_y_rows");
     conv_16bit_y_test();
+    add_relu_test(TFB_F16, "add_relu_fp16_and_relu_bwd");
+    add_relu_test(TFB_BF16, "add_relu_bf16_and_relu_bwd");
     test_bn_moments_merge(2);
     test_bn_moments_merge(3);
     test_pools();

@@ -14,6 +14,13 @@ static inline void tfb_cpu_store(void *p, tfb_dtype t, size_t i, float x) {
     else ((uint16_t *)p)[i] = t == TFB_F16 ? tfb_f32_to_f16(x) : tfb_f32_to_bf16(x);
 }
 
+/* Element i of p, a tensor of type t, as FP32. */
+static inline float tfb_cpu_load(const void *p, tfb_dtype t, size_t i) {
+    if (t == TFB_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return t == TFB_F16 ? tfb_f16_to_f32(h) : tfb_bf16_to_f32(h);
+}
+
 /* Scratch slots of the CPU backend's context: FP32 buffers that grow to the largest request. */
 enum { TFB_CPU_SLOT_GEMM_A, TFB_CPU_SLOT_GEMM_B, TFB_CPU_SLOT_CONV_X, TFB_CPU_SLOT_CONV_W, TFB_CPU_SLOT_CONV_DY,
        TFB_CPU_SLOT_COL, TFB_CPU_SLOT_GROUP, TFB_CPU_SLOT_CONV_Y, TFB_CPU_SLOT_BN_X, TFB_CPU_SLOT_BN_Y,

@@ -1,7 +1,8 @@
 /* cpu_conv.c — the CPU backend's convolutional-network ops: convolution as im2col + OpenBLAS SGEMM per image
- * (1x1 stride-1 convolutions skip im2col), batch norm in training mode, max and global average pooling, in NCHW;
- * 16-bit inputs are widened to FP32 first (TF32 inputs rounded). Statistics accumulate in double. The NHWC
- * convolutions and pools are in cpu_nhwc.c (these entry points hand them over); other ops are in cpu_ops.c.
+ * (1x1 stride-1 convolutions skip im2col), batch norm in training mode, max and global average pooling, in NCHW,
+ * and a residual block's sum + ReLU; 16-bit inputs are widened to FP32 first (TF32 inputs rounded). Statistics
+ * accumulate in double. The NHWC convolutions and pools are in cpu_nhwc.c (these entry points hand them over);
+ * other ops are in cpu_ops.c.
  */
 #include <cblas.h>
 #include <math.h>
@@ -403,6 +404,25 @@ static tfb_status cpu_avgpool_bwd(void *ctx, float *dx, const float *dy, int n, 
     return TFB_OK;
 }
 
+/* A residual block's output: the FP32 sum of the two branches, ReLU, one rounding into out_type. */
+static tfb_status cpu_add_relu(void *ctx, void *out, tfb_dtype out_type, const void *a, tfb_dtype a_type,
+                               const void *b, tfb_dtype b_type, size_t n, int relu) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float v = tfb_cpu_load(a, a_type, i) + tfb_cpu_load(b, b_type, i);
+        tfb_cpu_store(out, out_type, i, relu && !(v > 0.0f) ? 0.0f : v);
+    }
+    return TFB_OK;
+}
+
+static tfb_status cpu_relu_bwd(void *ctx, float *din, const float *dout, const void *y, tfb_dtype y_type, size_t n) {
+    (void)ctx;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) din[i] = tfb_cpu_load(y, y_type, i) > 0.0f ? dout[i] : 0.0f;
+    return TFB_OK;
+}
+
 void tfb_cpu_conv_install(tfb_backend *be) {
     be->conv_fwd = cpu_conv_fwd;
     be->conv_bwd_data = cpu_conv_bwd_data;
@@ -417,4 +437,6 @@ void tfb_cpu_conv_install(tfb_backend *be) {
     be->maxpool_bwd = cpu_maxpool_bwd;
     be->avgpool_fwd = cpu_avgpool_fwd;
     be->avgpool_bwd = cpu_avgpool_bwd;
+    be->add_relu = cpu_add_relu;
+    be->relu_bwd = cpu_relu_bwd;
 }

@@ -1,8 +1,9 @@
 /* cuda_cnn.cu — the CUDA backend's batch norm (training mode, with the cross-rank sums of synchronised batch norm
  * left to the caller) and pooling, computing what cpu_conv.c computes: two-pass moments, biased batch variance,
  * the same backward formula, max pooling with a saved argmax (index within the image plane) and global average
- * pooling, in FP32, NCHW and NHWC. Batch norm reads its input x in FP32 or 16 bits (a 16-bit network's
- * convolution outputs) and writes its output in either; statistics and sums are FP32 (double across blocks).
+ * pooling, in FP32, NCHW and NHWC, and a residual block's sum + ReLU. Batch norm reads its input x in FP32 or 16
+ * bits (a 16-bit network's convolution outputs) and writes its output in either; statistics and sums are FP32
+ * (double across blocks); the block sum reads and writes either type.
  * Convolutions are in cuda_blas.cu.
  *
  * A channel's reduction covers n planes of hw values. Each channel's planes are split over enough blocks to give
@@ -665,6 +666,38 @@ static tfb_status cuda_avgpool_bwd(void *ctx, float *dx, const float *dy, int n,
     return TFB_OK;
 }
 
+/* ---- a residual block's sum + ReLU, and the ReLU's backward from its (possibly 16-bit) output ---- */
+
+template <typename O, typename A, typename B>
+__global__ void k_add_relu(O *out, const A *a, const B *b, size_t n, int relu) {
+    TFB_GRID_LOOP(i, n) {
+        float v = ldf(a, i) + ldf(b, i);
+        stf(out, i, relu && !(v > 0.0f) ? 0.0f : v);
+    }
+}
+
+static tfb_status cuda_add_relu(void *ctx, void *out, tfb_dtype out_type, const void *a, tfb_dtype a_type,
+                                const void *b, tfb_dtype b_type, size_t n, int relu) {
+    if (n < 1) return TFB_OK;
+    TYPE_CASE(out_type, O, TYPE_CASE(a_type, A, TYPE_CASE(b_type, B,
+        k_add_relu<O, A, B><<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>((O *)out, (const A *)a,
+                                                                                 (const B *)b, n, relu))));
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+template <typename Y>
+__global__ void k_relu_bwd(float *din, const float *dout, const Y *y, size_t n) {
+    TFB_GRID_LOOP(i, n) din[i] = ldf(y, i) > 0.0f ? dout[i] : 0.0f;
+}
+
+static tfb_status cuda_relu_bwd(void *ctx, float *din, const float *dout, const void *y, tfb_dtype y_type, size_t n) {
+    if (n < 1) return TFB_OK;
+    TYPE_CASE(y_type, Y, k_relu_bwd<Y><<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(din, dout, (const Y *)y, n));
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
 void tfb_cuda_cnn_install(tfb_backend *be) {
     be->bn_moments = cuda_bn_moments;
     be->bn_apply = cuda_bn_apply;
@@ -676,4 +709,6 @@ void tfb_cuda_cnn_install(tfb_backend *be) {
     be->maxpool_bwd = cuda_maxpool_bwd;
     be->avgpool_fwd = cuda_avgpool_fwd;
     be->avgpool_bwd = cuda_avgpool_bwd;
+    be->add_relu = cuda_add_relu;
+    be->relu_bwd = cuda_relu_bwd;
 }
