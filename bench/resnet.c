@@ -20,8 +20,10 @@
  * stored in 16 bits; with one rank per tensor group so is every block unit's output y (its readers, the next
  * convolution and the block's sum, take 16 bits) and every block output but the stage's last (read by the next
  * block's convolutions and its sum; the last one feeds the head or the next stage in FP32), so no cast runs
- * before a convolution. Batch-norm statistics and gradients are FP32. This file does not time, schedule
- * micro-batches or update parameters.
+ * before a convolution. An activation's gradient has the activation's type, so the backward stays 16-bit inside
+ * a stage too, with a block's ReLU backward folded into the sum that forms the next block's input gradient.
+ * Batch-norm statistics and parameter gradients are FP32. This file does not time, schedule micro-batches or
+ * update parameters.
  */
 #include <math.h>
 #include <stdio.h>
@@ -613,6 +615,7 @@ static tfb_status unit_fwd(resnet_model *m, rn_unit *u, const void *x, tfb_dtype
     bn_view(m, u, &rows, &hw);
     u->x = x;
     u->x_type = x_type;
+    u->cd.dx_type = x_type; /* the input's gradient in the input's type */
     TFB_CHECK(unit_operand(m, u, &xin));
     TFB_CHECK(be->conv_fwd(be->ctx, d, u->z, xin, lp_weight(m, u->w)));
     TFB_CHECK(be->bn_moments(be->ctx, u->mean, u->var, u->z, zt, rows, d->k, hw));
@@ -785,64 +788,77 @@ static tfb_status resnet_forward(void *self, int step, int mb, int slot, double 
 
 /* ---- backward ---- */
 
-/* dy (n, K, P, Q) is the gradient of the unit's output (of its ReLU's output when relu: batch norm's backward
- * masks it); dx, when not NULL, receives the gradient of its whole input (this rank's share of the sum under
- * tensor parallelism). The convolution's output gradient dz is written in the GEMM type by batch norm's backward
- * (m->lp[1] for 16-bit, else m->dz), so no cast pass runs between them. */
-static tfb_status unit_bwd(resnet_model *m, rn_unit *u, const float *dy, float *dx) {
+/* dy (n, K, P, Q) of dy_type is the gradient of the unit's output (of its ReLU's output when relu: batch norm's
+ * backward masks it); dx, when not NULL, receives the gradient of its whole input (this rank's share of the sum
+ * under tensor parallelism), of the input's type (cd.dx_type). The convolution's output gradient dz is written in
+ * the GEMM type by batch norm's backward (m->lp[1] for 16-bit, else m->dz), so no cast pass runs between them. */
+static tfb_status unit_bwd(resnet_model *m, rn_unit *u, const void *dy, tfb_dtype dy_type, void *dx) {
     tfb_backend *be = m->be;
     const tfb_conv_desc *d = &u->cd;
     int rows, hw;
     const void *x;
     bn_view(m, u, &rows, &hw);
     float *sum_dy = m->bn_sums, *sum_dy_xhat = m->bn_sums + d->k;
-    TFB_CHECK(be->bn_bwd_reduce(be->ctx, sum_dy, sum_dy_xhat, u->dgamma, u->dbeta, dy, u->z, d->y_type, u->mean,
-                                u->var, u->gamma, u->beta, rows, d->k, hw, BN_EPS, u->relu));
+    TFB_CHECK(be->bn_bwd_reduce(be->ctx, sum_dy, sum_dy_xhat, u->dgamma, u->dbeta, dy, dy_type, u->z, d->y_type,
+                                u->mean, u->var, u->gamma, u->beta, rows, d->k, hw, BN_EPS, u->relu));
     int sync = m->wc.sync_bn && m->wc.dp_size > 1;
     if (sync) TFB_CHECK(m->wc.group_sum(m->wc.group_sum_ctx, m->bn_sums, 2 * d->k));
     double count = (double)rows * hw * (sync ? m->wc.dp_size : 1);
     tfb_dtype gt = m->wc.gemm_type;
     void *dz = gt == TFB_F32 ? (void *)m->dz : m->lp[1];
-    TFB_CHECK(be->bn_bwd_apply(be->ctx, dz, gt, dy, u->z, d->y_type, u->mean, u->var, u->gamma, u->beta, sum_dy,
-                               sum_dy_xhat, count, rows, d->k, hw, BN_EPS, u->relu));
+    TFB_CHECK(be->bn_bwd_apply(be->ctx, dz, gt, dy, dy_type, u->z, d->y_type, u->mean, u->var, u->gamma, u->beta,
+                               sum_dy, sum_dy_xhat, count, rows, d->k, hw, BN_EPS, u->relu));
     TFB_CHECK(unit_operand(m, u, &x));
     TFB_CHECK(be->conv_bwd_filter(be->ctx, d, u->dw, x, dz));
     if (dx) TFB_CHECK(be->conv_bwd_data(be->ctx, d, dx, dz, lp_weight(m, u->w)));
     return TFB_OK;
 }
 
-/* Input gradient of unit u for this rank's channels, into local. */
-static tfb_status unit_bwd_local(resnet_model *m, rn_unit *u, float *dy, float *local) {
-    if (m->T == 1) return unit_bwd(m, u, dy, local);
-    TFB_CHECK(unit_bwd(m, u, dy, m->gfull[0]));
+/* Input gradient of unit u for this rank's channels, into local (of the input's type). */
+static tfb_status unit_bwd_local(resnet_model *m, rn_unit *u, const void *dy, tfb_dtype dy_type, void *local) {
+    if (m->T == 1) return unit_bwd(m, u, dy, dy_type, local);
+    TFB_CHECK(unit_bwd(m, u, dy, dy_type, m->gfull[0]));
     return reduce_channels(m, local, m->gfull[0], u->cd.n, u->cd.c / m->T, unit_hw_in(u));
 }
 
-/* g_out (block output gradient, consumed) to g_in (block input gradient); t1, t2 are work buffers. */
-static tfb_status block_bwd(resnet_model *m, rn_block *b, float *g_out, float *g_in, float *t1, float *t2) {
+/* The block input's gradient g_in (of the input's type it) = a + b (b: the shortcut's gradient, NULL when already
+ * in a), passed back through the ReLU that made the input when in_relu (the previous block's output) is given. */
+static tfb_status block_input_grad(resnet_model *m, void *g_in, const void *a, const void *b, tfb_dtype b_type,
+                                   const void *in_relu, tfb_dtype it, size_t n) {
+    if (!b && !in_relu && a == g_in) return TFB_OK;
+    return m->be->add_relu_bwd(m->be->ctx, g_in, it, a, it, b, b_type, in_relu, it, n);
+}
+
+/* g_out: the gradient of the block's output (of out_type; consumed), already passed back through the block's
+ * ReLU when masked. g_in receives the gradient of the block's input, of the input's type; t1, t2 are work buffers.
+ * Gradients keep the type of the tensor they belong to, so a 16-bit network's stay 16-bit inside the stage. */
+static tfb_status block_bwd(resnet_model *m, rn_block *b, void *g_out, int masked, void *g_in, const void *in_relu,
+                            void *t1, void *t2) {
     tfb_backend *be = m->be;
     rn_unit *u0 = &b->u[0];
     size_t n_out = unit_out(&b->u[b->n_units - 1]), n_in = unit_in(u0) / (size_t)m->T;
-    TFB_CHECK(be->relu_bwd(be->ctx, g_out, g_out, b->out, b->out_type, n_out));
-    float *d = g_out, *next = t1;
+    tfb_dtype ot = b->out_type, dt = ot, it = u0->x_type;
+    if (!masked) TFB_CHECK(be->add_relu_bwd(be->ctx, g_out, ot, g_out, ot, NULL, ot, b->out, ot, n_out));
+    void *d = g_out, *next = t1;
     for (int i = b->n_units - 1; i >= 1; i--) {
-        TFB_CHECK(unit_bwd_local(m, &b->u[i], d, next));
+        TFB_CHECK(unit_bwd_local(m, &b->u[i], d, dt, next));
+        dt = b->u[i].x_type;
         d = next;
         next = d == t1 ? t2 : t1;
     }
     if (m->T == 1) {
-        TFB_CHECK(unit_bwd(m, u0, d, next));
-        if (!b->has_proj) return be->residual_add(be->ctx, g_in, g_out, next, n_in);
-        TFB_CHECK(unit_bwd(m, &b->proj, g_out, g_in));
-        return be->residual_add(be->ctx, g_in, g_in, next, n_in);
+        TFB_CHECK(unit_bwd(m, u0, d, dt, next));
+        if (!b->has_proj) return block_input_grad(m, g_in, next, g_out, ot, in_relu, it, n_in);
+        TFB_CHECK(unit_bwd(m, &b->proj, g_out, ot, g_in));
+        return block_input_grad(m, g_in, g_in, next, it, in_relu, it, n_in);
     }
-    TFB_CHECK(unit_bwd(m, u0, d, m->gfull[0]));
+    TFB_CHECK(unit_bwd(m, u0, d, dt, m->gfull[0]));
     if (b->has_proj) {
-        TFB_CHECK(unit_bwd(m, &b->proj, g_out, m->gfull[1]));
+        TFB_CHECK(unit_bwd(m, &b->proj, g_out, ot, m->gfull[1]));
         TFB_CHECK(be->residual_add(be->ctx, m->gfull[0], m->gfull[0], m->gfull[1], unit_in(u0)));
     }
     TFB_CHECK(reduce_channels(m, g_in, m->gfull[0], u0->cd.n, u0->cd.c / m->T, unit_hw_in(u0)));
-    return b->has_proj ? TFB_OK : be->residual_add(be->ctx, g_in, g_in, g_out, n_in);
+    return block_input_grad(m, g_in, g_in, b->has_proj ? NULL : g_out, ot, in_relu, it, n_in);
 }
 
 static tfb_status head_bwd(resnet_model *m, rn_net *net, float loss_scale, float *g, int hw) {
@@ -873,7 +889,7 @@ static tfb_status stem_bwd(resnet_model *m, rn_net *net, float *g, float *work) 
                                      m->pool_p * m->pool_q, m->layout));
         g = work;
     }
-    return unit_bwd(m, &net->stem, g, NULL); /* the first layer needs no input gradient */
+    return unit_bwd(m, &net->stem, g, TFB_F32, NULL); /* the first layer needs no input gradient */
 }
 
 /* The input of block b (*type: its type): the previous block's output, the stem's, or what the previous stage
@@ -919,7 +935,10 @@ static tfb_status resnet_backward(void *self, int step, int mb, int slot, float 
     for (int b = b_hi; b >= 0 && has_block(m, b); b--) {
         t0 = tfb_workload_unit_start(&m->wl, m->be);
         if (m->wc.checkpointing) TFB_CHECK(recompute_block(m, net, b));
-        TFB_CHECK(block_bwd(m, &net->blocks[b], g_out, g_in, m->g[2], m->g[3]));
+        /* the previous block on this stage made b's input through a ReLU: b's input gradient passes back through
+         * it, so that block's gradient arrives masked */
+        const void *in_relu = b > 0 && has_block(m, b - 1) ? net->blocks[b - 1].out : NULL;
+        TFB_CHECK(block_bwd(m, &net->blocks[b], g_out, b < b_hi, g_in, in_relu, m->g[2], m->g[3]));
         TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 1 + b, t0));
         TFB_CHECK(ready(rctx, net->blocks[b].u[0].w_off));
         float *t = g_out;

@@ -48,9 +48,10 @@ typedef struct {
     int stride, pad;
     int p, q;               /* output size: (h + 2 pad - r) / stride + 1, likewise q */
     tfb_layout layout;      /* NHWC lets 16-bit convolutions run on tensor cores without transposes */
-    tfb_dtype in_type;      /* type of x, filters and dy; dx and dw are FP32 */
+    tfb_dtype in_type;      /* type of x, filters and dy; dw is FP32 */
     tfb_dtype y_type;       /* conv_fwd's y: TFB_F32 (the zero default), or in_type to keep a 16-bit result as the
                              * convolution produces it (no widening pass) */
+    tfb_dtype dx_type;      /* conv_bwd_data's dx: TFB_F32 (the zero default), or in_type, likewise */
     int tf32;               /* as in tfb_gemm_desc */
 } tfb_conv_desc;
 
@@ -187,12 +188,12 @@ struct tfb_backend {
 
     /* ---- convolutional networks: activations (n, c, h, w) in NCHW, (n, h, w, c) in NHWC. The batch-norm ops
      * describe NCHW; an NHWC tensor is (n*h*w, c, 1) to them (a backend may pick other kernels for hw == 1).
-     * Their x may be FP32 or 16-bit (x_type), so a 16-bit network keeps its convolution outputs 16-bit; every
-     * statistic and parameter stays FP32. ---- */
+     * Their x and dy may be FP32 or 16-bit (x_type, dy_type), so a 16-bit network keeps its convolution outputs
+     * and their gradients 16-bit; every statistic and parameter stays FP32. ---- */
     /* y (n, k, p, q) of d->y_type = the convolution of x (in_type) with w (in_type) */
     tfb_status (*conv_fwd)(void *ctx, const tfb_conv_desc *d, void *y, const void *x, const void *w);
-    /* dx (n, c, h, w) = gradient of the input (overwrites) */
-    tfb_status (*conv_bwd_data)(void *ctx, const tfb_conv_desc *d, float *dx, const void *dy, const void *w);
+    /* dx (n, c, h, w) of d->dx_type = gradient of the input (overwrites) */
+    tfb_status (*conv_bwd_data)(void *ctx, const tfb_conv_desc *d, void *dx, const void *dy, const void *w);
     /* dw (k, c, r, s) += gradient of the filters */
     tfb_status (*conv_bwd_filter)(void *ctx, const tfb_conv_desc *d, float *dw, const void *x, const void *dy);
     /* mean, var (c): batch mean and biased variance of x (n, c, hw) per channel (two-pass) */
@@ -208,15 +209,16 @@ struct tfb_backend {
      * bn_apply's formula, so no ReLU backward pass and no read of y). Per channel: sum_dy = sum g, sum_dy_xhat =
      * sum g * xhat (this rank's); dgamma += sum_dy_xhat, dbeta += sum_dy */
     tfb_status (*bn_bwd_reduce)(void *ctx, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
-                                const float *dy, const void *x, tfb_dtype x_type, const float *mean, const float *var,
-                                const float *gamma, const float *beta, int n, int c, int hw, float eps, int relu);
+                                const void *dy, tfb_dtype dy_type, const void *x, tfb_dtype x_type, const float *mean,
+                                const float *var, const float *gamma, const float *beta, int n, int c, int hw,
+                                float eps, int relu);
     /* dx (n, c, hw) of dx_type = gamma * rstd * (g - sum_dy / count - xhat * sum_dy_xhat / count), g as above;
      * count: elements per channel the sums cover (all ranks' under synchronised batch norm). A 16-bit dx_type
      * rounds dx as it is written, for a convolution's backward to read directly. */
-    tfb_status (*bn_bwd_apply)(void *ctx, void *dx, tfb_dtype dx_type, const float *dy, const void *x,
-                               tfb_dtype x_type, const float *mean, const float *var, const float *gamma,
-                               const float *beta, const float *sum_dy, const float *sum_dy_xhat, double count, int n,
-                               int c, int hw, float eps, int relu);
+    tfb_status (*bn_bwd_apply)(void *ctx, void *dx, tfb_dtype dx_type, const void *dy, tfb_dtype dy_type,
+                               const void *x, tfb_dtype x_type, const float *mean, const float *var,
+                               const float *gamma, const float *beta, const float *sum_dy, const float *sum_dy_xhat,
+                               double count, int n, int c, int hw, float eps, int relu);
     /* Synchronised batch norm, between two sums over `ranks` equal-sized batches: mean (c) arrives as the sum of
      * their means and leaves as the mean; var (c) arrives as this rank's variance about its own mean mine (c) and
      * leaves as its share of the pooled variance, (var + (mine - mean)^2) / ranks, so summing the shares gives the
@@ -229,8 +231,11 @@ struct tfb_backend {
      * block's output); the sum is formed in FP32 and rounded once. out may alias a or b when of the same type. */
     tfb_status (*add_relu)(void *ctx, void *out, tfb_dtype out_type, const void *a, tfb_dtype a_type, const void *b,
                            tfb_dtype b_type, size_t n, int relu);
-    /* din (n) = dout where y > 0, else 0: a ReLU's backward given its output y (n) of y_type; din may alias dout */
-    tfb_status (*relu_bwd)(void *ctx, float *din, const float *dout, const void *y, tfb_dtype y_type, size_t n);
+    /* din (n) of din_type = a + b where y > 0, else 0: the gradient reaching a ReLU's output y (n, of y_type) from
+     * the two branches that read it (a residual block's), passed back through the ReLU. b NULL: a alone; y NULL:
+     * no ReLU. Summed in FP32, rounded once; din may alias a or b when of the same type. */
+    tfb_status (*add_relu_bwd)(void *ctx, void *din, tfb_dtype din_type, const void *a, tfb_dtype a_type,
+                               const void *b, tfb_dtype b_type, const void *y, tfb_dtype y_type, size_t n);
     /* max pool of x (n, c, h, w) into y (n, c, p, q) (both in `layout` order), window r x r, stride, pad; argmax
      * (like y) saved: the index within the image plane, ih * w + iw */
     tfb_status (*maxpool_fwd)(void *ctx, float *y, int *argmax, const float *x, int n, int c, int h, int w, int r,

@@ -187,15 +187,19 @@ static void check_conv(int r, int stride, int pad, tfb_dtype t, int tf32, tfb_la
     BOTH(be->conv_fwd(be->ctx, &d, F(y), V(x), V(w)));
     snprintf(name, sizeof name, "conv_fwd %dx%d/%d%s", r, r, stride, lay);
     verdict(name, prec_name(t, tf32), prec_tol(t, tf32), &y, 1);
-    if (t != TFB_F32) { /* y kept in 16 bits, as a 16-bit ResNet keeps its convolution outputs */
-        pair y16 = poisoned16(ny), yw = poisoned(ny);
+    if (t != TFB_F32) { /* y and dx kept in 16 bits, as a 16-bit ResNet keeps its activations and gradients */
+        pair y16 = poisoned16(ny), yw = poisoned(ny), dx16 = poisoned16(nx), dxw = poisoned(nx);
         tfb_conv_desc d16 = d;
-        d16.y_type = t;
+        d16.y_type = d16.dx_type = t;
         BOTH(be->conv_fwd(be->ctx, &d16, V(y16), V(x), V(w)));
         BOTH(be->cast(be->ctx, F(yw), TFB_F32, V(y16), t, ny));
         snprintf(name, sizeof name, "conv_fwd %dx%d/%d%s y16", r, r, stride, lay);
         verdict(name, prec_name(t, tf32), TOL_16, &yw, 1);
-        release(&y16); release(&yw);
+        BOTH(be->conv_bwd_data(be->ctx, &d16, V(dx16), V(dy), V(w)));
+        BOTH(be->cast(be->ctx, F(dxw), TFB_F32, V(dx16), t, nx));
+        snprintf(name, sizeof name, "conv_bwd_data %dx%d/%d%s dx16", r, r, stride, lay);
+        verdict(name, prec_name(t, tf32), TOL_16, &dxw, 1);
+        release(&y16); release(&yw); release(&dx16); release(&dxw);
     }
     BOTH(be->conv_bwd_data(be->ctx, &d, F(dx), V(dy), V(w)));
     snprintf(name, sizeof name, "conv_bwd_data %dx%d/%d%s", r, r, stride, lay);
@@ -278,21 +282,27 @@ static void check_elementwise(void) {
     release(&x); release(&y); release(&dy); release(&dx);
 }
 
-/* A residual block's sum + ReLU: out and a in type t (FP32 or 16-bit), b in FP32 or t; and the ReLU's backward
- * from that output. */
+/* A residual block's sum + ReLU: out and a in type t (FP32 or 16-bit), b in FP32 or t; and its backward, two
+ * gradients of types t and b_type summed into t and masked by that output, then one FP32 gradient masked alone. */
 static void check_add_relu(tfb_dtype t, tfb_dtype b_type) {
     size_t n = 100003;
     char name[40];
     pair a = rand_typed(n, t), bb = rand_typed(n, b_type), y = t == TFB_F32 ? poisoned(n) : poisoned16(n);
     pair yw = poisoned(n), dy = rand_f32(n, -1, 1), dx = poisoned(n);
-    const char *p = prec_name(t, 0);
+    pair g = t == TFB_F32 ? poisoned(n) : poisoned16(n), gw = poisoned(n);
+    const char *p = prec_name(t, 0), *pb = prec_name(b_type, 0);
+    double tol = t == TFB_F32 ? TOL_FP32 : TOL_16;
     BOTH(be->add_relu(be->ctx, V(y), t, V(a), t, V(bb), b_type, n, 1));
     BOTH(be->cast(be->ctx, F(yw), TFB_F32, V(y), t, n));
-    snprintf(name, sizeof name, "add_relu b %s", prec_name(b_type, 0));
-    verdict(name, p, t == TFB_F32 ? TOL_FP32 : TOL_16, &yw, 1);
-    BOTH(be->relu_bwd(be->ctx, F(dx), F(dy), V(y), t, n));
-    verdict("relu_bwd", p, TOL_FP32, &dx, 1);
-    release(&a); release(&bb); release(&y); release(&yw); release(&dy); release(&dx);
+    snprintf(name, sizeof name, "add_relu b %s", pb);
+    verdict(name, p, tol, &yw, 1);
+    BOTH(be->add_relu_bwd(be->ctx, V(g), t, V(a), t, V(bb), b_type, V(y), t, n));
+    BOTH(be->cast(be->ctx, F(gw), TFB_F32, V(g), t, n));
+    snprintf(name, sizeof name, "add_relu_bwd b %s", pb);
+    verdict(name, p, tol, &gw, 1);
+    BOTH(be->add_relu_bwd(be->ctx, F(dx), TFB_F32, F(dy), TFB_F32, NULL, TFB_F32, V(y), t, n));
+    verdict("add_relu_bwd mask only", p, TOL_FP32, &dx, 1);
+    release(&a); release(&bb); release(&y); release(&yw); release(&dy); release(&dx); release(&g); release(&gw);
 }
 
 static void check_bias(void) {
@@ -488,12 +498,12 @@ static void check_bn_relu_bwd(int n, int c, int hw, const char *tag, pair x, pai
     pair dx = poisoned(nx), h = rand_typed(nx, TFB_F16);
     free(yd);
     free(dyh);
-    BOTH(be->bn_bwd_reduce(be->ctx, F(s), F(s) + c, F(acc), F(acc) + c, b ? F(dy) : F(dym), F(x), TFB_F32, F(mean),
-                           F(var), F(g), F(bt), n, c, hw, 1e-5f, b));
+    BOTH(be->bn_bwd_reduce(be->ctx, F(s), F(s) + c, F(acc), F(acc) + c, b ? F(dy) : F(dym), TFB_F32, F(x), TFB_F32,
+                           F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f, b));
     pair red[2] = {s, acc};
     verdict(BN_ROW("bn_bwd_reduce_relu"), "fp32", TOL_FP32, red, 2);
-    BOTH(be->bn_bwd_apply(be->ctx, V(h), TFB_F16, b ? F(dy) : F(dym), F(x), TFB_F32, F(mean), F(var), F(g), F(bt), F(s),
-                          F(s) + c, (double)n * hw, n, c, hw, 1e-5f, b));
+    BOTH(be->bn_bwd_apply(be->ctx, V(h), TFB_F16, b ? F(dy) : F(dym), TFB_F32, F(x), TFB_F32, F(mean), F(var), F(g),
+                          F(bt), F(s), F(s) + c, (double)n * hw, n, c, hw, 1e-5f, b));
     BOTH(be->cast(be->ctx, F(dx), TFB_F32, V(h), TFB_F16, nx));
     verdict(BN_ROW("bn_bwd_apply_relu"), "fp16", TOL_16, &dx, 1);
     release(&dym); release(&s); release(&acc); release(&dx); release(&h);
@@ -508,7 +518,8 @@ static void check_batchnorm_shape(int n, int c, int hw, const char *tag) {
     pair x = rand_f32(nx, -2, 3), g = rand_f32((size_t)c, 0.5f, 1.5f), bt = rand_f32((size_t)c, -1, 1);
     pair mean = poisoned((size_t)c), var = poisoned((size_t)c), y = poisoned(nx), dy = rand_f32(nx, -1, 1);
     pair sdy = poisoned((size_t)c), sdx = poisoned((size_t)c), dg = rand_f32((size_t)c, -1, 1);
-    pair db = rand_f32((size_t)c, -1, 1), dx = poisoned(nx), rm = rand_f32((size_t)c, -1, 1), rv = rand_f32((size_t)c, 0.5f, 2);
+    pair db = rand_f32((size_t)c, -1, 1), dx = poisoned(nx), rm = rand_f32((size_t)c, -1, 1),
+                       rv = rand_f32((size_t)c, 0.5f, 2);
     BOTH(be->bn_moments(be->ctx, F(mean), F(var), F(x), TFB_F32, n, c, hw));
     pair mom[2] = {mean, var};
     verdict(BN_ROW("bn_moments"), "fp32", TOL_FP32, mom, 2);
@@ -518,12 +529,12 @@ static void check_batchnorm_shape(int n, int c, int hw, const char *tag) {
     release(&yr);
     BOTH(be->bn_apply(be->ctx, F(y), TFB_F32, F(x), TFB_F32, F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f, 0));
     verdict(BN_ROW("bn_apply"), "fp32", TOL_FP32, &y, 1);
-    BOTH(be->bn_bwd_reduce(be->ctx, F(sdy), F(sdx), F(dg), F(db), F(dy), F(x), TFB_F32, F(mean), F(var), F(g), F(bt), n,
-                           c, hw, 1e-5f, 0));
+    BOTH(be->bn_bwd_reduce(be->ctx, F(sdy), F(sdx), F(dg), F(db), F(dy), TFB_F32, F(x), TFB_F32, F(mean), F(var),
+                           F(g), F(bt), n, c, hw, 1e-5f, 0));
     pair red[4] = {sdy, sdx, dg, db};
     verdict(BN_ROW("bn_bwd_reduce"), "fp32", TOL_FP32, red, 4);
-    BOTH(be->bn_bwd_apply(be->ctx, F(dx), TFB_F32, F(dy), F(x), TFB_F32, F(mean), F(var), F(g), F(bt), F(sdy), F(sdx),
-                          (double)n * hw, n, c, hw, 1e-5f, 0));
+    BOTH(be->bn_bwd_apply(be->ctx, F(dx), TFB_F32, F(dy), TFB_F32, F(x), TFB_F32, F(mean), F(var), F(g), F(bt),
+                          F(sdy), F(sdx), (double)n * hw, n, c, hw, 1e-5f, 0));
     verdict(BN_ROW("bn_bwd_apply"), "fp32", TOL_FP32, &dx, 1);
     check_bn_relu_bwd(n, c, hw, tag, x, dy, y, mean, var, g, bt);
     BOTH(be->bn_running_update(be->ctx, F(rm), F(rv), F(mean), F(var), c, 0.1f, (double)n * hw));
@@ -537,14 +548,15 @@ static void check_batchnorm_shape(int n, int c, int hw, const char *tag) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
 }
 
-/* Batch norm of a 16-bit network: x (a convolution's output) in type t, y written in t, FP32 statistics. */
+/* Batch norm of a 16-bit network: x (a convolution's output) in type t, y written in t, FP32 statistics; the
+ * backward from an FP32 dy (a stage's last block) and from a dy in t. */
 static void check_batchnorm_16(int n, int c, int hw, tfb_dtype t, const char *tag) {
     char name[64];
     size_t nx = (size_t)n * c * hw;
     pair x = rand_typed(nx, t), g = rand_f32((size_t)c, 0.5f, 1.5f), bt = rand_f32((size_t)c, -1, 1);
     pair mean = poisoned((size_t)c), var = poisoned((size_t)c), y = poisoned16(nx), yw = poisoned(nx);
-    pair dy = rand_f32(nx, -1, 1), s = poisoned(2 * (size_t)c), acc = rand_f32(2 * (size_t)c, -1, 1);
-    pair dx = poisoned16(nx), dxw = poisoned(nx);
+    pair s = poisoned(2 * (size_t)c), acc = rand_f32(2 * (size_t)c, -1, 1);
+    pair dx = poisoned16(nx), dxw = poisoned(nx), dys[2] = {rand_f32(nx, -1, 1), rand_typed(nx, t)};
     const char *p = prec_name(t, 0);
     BOTH(be->bn_moments(be->ctx, F(mean), F(var), V(x), t, n, c, hw));
     pair mom[2] = {mean, var};
@@ -552,15 +564,21 @@ static void check_batchnorm_16(int n, int c, int hw, tfb_dtype t, const char *ta
     BOTH(be->bn_apply(be->ctx, V(y), t, V(x), t, F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f, 1));
     BOTH(be->cast(be->ctx, F(yw), TFB_F32, V(y), t, nx));
     verdict(BN_ROW("bn_apply_relu x16 y16"), p, TOL_16, &yw, 1);
-    BOTH(be->bn_bwd_reduce(be->ctx, F(s), F(s) + c, F(acc), F(acc) + c, F(dy), V(x), t, F(mean), F(var), F(g),
-                           F(bt), n, c, hw, 1e-5f, 0)); /* the ReLU's mask: check_bn_relu_bwd */
-    pair red[2] = {s, acc};
-    verdict(BN_ROW("bn_bwd_reduce x16"), p, TOL_FP32, red, 2);
-    BOTH(be->bn_bwd_apply(be->ctx, V(dx), t, F(dy), V(x), t, F(mean), F(var), F(g), F(bt), F(s), F(s) + c,
-                          (double)n * hw, n, c, hw, 1e-5f, 0));
-    BOTH(be->cast(be->ctx, F(dxw), TFB_F32, V(dx), t, nx));
-    verdict(BN_ROW("bn_bwd_apply x16"), p, TOL_16, &dxw, 1);
-    pair all[] = {x, g, bt, mean, var, y, yw, dy, s, acc, dx, dxw};
+    for (int k = 0; k < 2; k++) {
+        const char *dyn = k ? " dy16" : "";
+        tfb_dtype dt = k ? t : TFB_F32;
+        pair dy = dys[k], red[2] = {s, acc};
+        BOTH(be->bn_bwd_reduce(be->ctx, F(s), F(s) + c, F(acc), F(acc) + c, V(dy), dt, V(x), t, F(mean), F(var), F(g),
+                               F(bt), n, c, hw, 1e-5f, k)); /* the ReLU's mask with dy16 */
+        snprintf(name, sizeof name, "bn_bwd_reduce%s x16%s%s", k ? "_relu" : "", dyn, tag);
+        verdict(name, p, TOL_FP32, red, 2);
+        BOTH(be->bn_bwd_apply(be->ctx, V(dx), t, V(dy), dt, V(x), t, F(mean), F(var), F(g), F(bt), F(s), F(s) + c,
+                              (double)n * hw, n, c, hw, 1e-5f, k));
+        BOTH(be->cast(be->ctx, F(dxw), TFB_F32, V(dx), t, nx));
+        snprintf(name, sizeof name, "bn_bwd_apply%s x16%s%s", k ? "_relu" : "", dyn, tag);
+        verdict(name, p, TOL_16, &dxw, 1);
+    }
+    pair all[] = {x, g, bt, mean, var, y, yw, dys[0], dys[1], s, acc, dx, dxw};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
 }
 #undef BN_ROW

@@ -92,9 +92,10 @@ static void test_batchnorm(void) {
     c.y = malloc(nx * 4); c.mean = malloc(16); c.var = malloc(16);
     float *dx = malloc(nx * 4), *dg = calloc(4, 4), *db = calloc(4, 4), sdy[4], sdx[4];
     bn_loss(&c);
-    be->bn_bwd_reduce(be->ctx, sdy, sdx, dg, db, c.r, c.x, TFB_F32, c.mean, c.var, c.g, c.b, c.n, c.c, c.hw, 1e-5f, 0);
-    be->bn_bwd_apply(be->ctx, dx, TFB_F32, c.r, c.x, TFB_F32, c.mean, c.var, c.g, c.b, sdy, sdx, 15.0, c.n, c.c, c.hw,
-                     1e-5f, 0);
+    be->bn_bwd_reduce(be->ctx, sdy, sdx, dg, db, c.r, TFB_F32, c.x, TFB_F32, c.mean, c.var, c.g, c.b, c.n, c.c, c.hw,
+                      1e-5f, 0);
+    be->bn_bwd_apply(be->ctx, dx, TFB_F32, c.r, TFB_F32, c.x, TFB_F32, c.mean, c.var, c.g, c.b, sdy, sdx, 15.0, c.n,
+                     c.c, c.hw, 1e-5f, 0);
     double ex = fd_error(c.x, nx, dx, bn_loss, &c), eg = fd_error(c.g, 4, dg, bn_loss, &c);
     double eb = fd_error(c.b, 4, db, bn_loss, &c);
     EXPECT("batchnorm_train_dx_vs_fd", ex < FD_TOL, "rel err %g", ex);
@@ -144,17 +145,17 @@ static void bn_relu_bwd_test(int n, int c, int hw, const char *name) {
     }
     for (int relu = 0; relu < 2; relu++) {
         float *s = st[relu];
-        be->bn_bwd_reduce(be->ctx, s, s + c, s + 2 * c, s + 3 * c, relu ? dy : dym, x, TFB_F32, mean, var, g, b, n, c,
-                          hw, 1e-5f, relu);
-        be->bn_bwd_apply(be->ctx, dx[relu], TFB_F32, relu ? dy : dym, x, TFB_F32, mean, var, g, b, s, s + c,
+        be->bn_bwd_reduce(be->ctx, s, s + c, s + 2 * c, s + 3 * c, relu ? dy : dym, TFB_F32, x, TFB_F32, mean, var, g,
+                          b, n, c, hw, 1e-5f, relu);
+        be->bn_bwd_apply(be->ctx, dx[relu], TFB_F32, relu ? dy : dym, TFB_F32, x, TFB_F32, mean, var, g, b, s, s + c,
                          (double)n * hw, n, c, hw, 1e-5f, relu);
     }
     /* the same sums; a compiler may vectorise the two paths' reductions differently, so not bit for bit */
     same = rel_diff(st[0], st[1], 4 * (size_t)c) < 1e-6 && rel_diff(dx[0], dx[1], e) < 1e-6;
     for (int k = 0; k < 2; k++) {
         tfb_dtype t = k ? TFB_BF16 : TFB_F16;
-        be->bn_bwd_apply(be->ctx, h[0], t, dy, x, TFB_F32, mean, var, g, b, st[1], st[1] + c, (double)n * hw, n, c, hw,
-                         1e-5f, 1);
+        be->bn_bwd_apply(be->ctx, h[0], t, dy, TFB_F32, x, TFB_F32, mean, var, g, b, st[1], st[1] + c, (double)n * hw,
+                         n, c, hw, 1e-5f, 1);
         be->cast(be->ctx, h[1], t, dx[1], TFB_F32, e);
         be->cast(be->ctx, dx32, TFB_F32, h[0], t, e);
         size_t nonzero = 0; /* a channel whose every output the ReLU cut has dx 0; most are not */
@@ -313,16 +314,17 @@ static void bn_nhwc_test(void) {
     float m[2][C], v[2][C], y[E], dx[E], sdy[2][C], sdx[2][C], dg[2][C] = {{0}}, db[2][C] = {{0}}, yl[E], dxl[E];
     be->bn_moments(be->ctx, m[0], v[0], x, TFB_F32, N, C, HW);
     be->bn_apply(be->ctx, y, TFB_F32, x, TFB_F32, m[0], v[0], g, b, N, C, HW, 1e-5f, 0);
-    be->bn_bwd_reduce(be->ctx, sdy[0], sdx[0], dg[0], db[0], dy, x, TFB_F32, m[0], v[0], g, b, N, C, HW, 1e-5f, 0);
-    be->bn_bwd_apply(be->ctx, dx, TFB_F32, dy, x, TFB_F32, m[0], v[0], g, b, sdy[0], sdx[0], N * HW, N, C, HW, 1e-5f,
-                     0);
+    be->bn_bwd_reduce(be->ctx, sdy[0], sdx[0], dg[0], db[0], dy, TFB_F32, x, TFB_F32, m[0], v[0], g, b, N, C, HW,
+                      1e-5f, 0);
+    be->bn_bwd_apply(be->ctx, dx, TFB_F32, dy, TFB_F32, x, TFB_F32, m[0], v[0], g, b, sdy[0], sdx[0], N * HW, N, C,
+                     HW, 1e-5f, 0);
     float *xl = reorder(x, N, C, HW, 1), *dyl = reorder(dy, N, C, HW, 1);
     be->bn_moments(be->ctx, m[1], v[1], xl, TFB_F32, N * HW, C, 1);
     be->bn_apply(be->ctx, yl, TFB_F32, xl, TFB_F32, m[1], v[1], g, b, N * HW, C, 1, 1e-5f, 0);
-    be->bn_bwd_reduce(be->ctx, sdy[1], sdx[1], dg[1], db[1], dyl, xl, TFB_F32, m[1], v[1], g, b, N * HW, C, 1, 1e-5f,
-                      0);
-    be->bn_bwd_apply(be->ctx, dxl, TFB_F32, dyl, xl, TFB_F32, m[1], v[1], g, b, sdy[1], sdx[1], N * HW, N * HW, C, 1,
-                     1e-5f, 0);
+    be->bn_bwd_reduce(be->ctx, sdy[1], sdx[1], dg[1], db[1], dyl, TFB_F32, xl, TFB_F32, m[1], v[1], g, b, N * HW, C,
+                      1, 1e-5f, 0);
+    be->bn_bwd_apply(be->ctx, dxl, TFB_F32, dyl, TFB_F32, xl, TFB_F32, m[1], v[1], g, b, sdy[1], sdx[1], N * HW,
+                     N * HW, C, 1, 1e-5f, 0);
     float *yb = reorder(yl, N, C, HW, 0), *dxb = reorder(dxl, N, C, HW, 0);
     double e = fmax(rel_diff(m[0], m[1], C), rel_diff(v[0], v[1], C));
     e = fmax(e, fmax(rel_diff(y, yb, E), rel_diff(dx, dxb, E)));
@@ -331,25 +333,27 @@ static void bn_nhwc_test(void) {
     free(x); free(dy); free(g); free(b); free(xl); free(dyl); free(yb); free(dxb);
 }
 
-/* A 16-bit network's batch norm: x (the convolution's 16-bit output) and y in 16 bits against the FP32 ops on the
- * same values widened, y rounded; and the convolution writing a 16-bit y against its FP32 y rounded. */
+/* A 16-bit network's batch norm: x (the convolution's 16-bit output), dy and y in 16 bits against the FP32 ops on
+ * the same values widened, y rounded. */
 static void bn_16bit_test(int n, int c, int hw, tfb_dtype t, const char *name) {
     size_t e = (size_t)n * c * hw;
     float *x = rand_vec(e), *dy = rand_vec(e), *g = rand_vec(c), *b = rand_vec(c), *y = malloc(e * 4);
     float *st[2] = {calloc(4 * c, 4), calloc(4 * c, 4)}, *dx[2] = {malloc(e * 4), malloc(e * 4)};
-    uint16_t *x16 = malloc(e * 2), *y16 = malloc(e * 2), *yr = malloc(e * 2);
+    uint16_t *x16 = malloc(e * 2), *y16 = malloc(e * 2), *yr = malloc(e * 2), *dy16 = malloc(e * 2);
     float mv[2][2][64];
     be->cast(be->ctx, x16, t, x, TFB_F32, e);
     be->cast(be->ctx, x, TFB_F32, x16, t, e); /* the FP32 ops see the rounded values */
+    be->cast(be->ctx, dy16, t, dy, TFB_F32, e);
+    be->cast(be->ctx, dy, TFB_F32, dy16, t, e);
     for (int k = 0; k < 2; k++) {
-        const void *xk = k ? (const void *)x16 : x;
+        const void *xk = k ? (const void *)x16 : x, *dyk = k ? (const void *)dy16 : dy;
         tfb_dtype xt = k ? t : TFB_F32;
         float *s = st[k];
         be->bn_moments(be->ctx, mv[k][0], mv[k][1], xk, xt, n, c, hw);
-        be->bn_bwd_reduce(be->ctx, s, s + c, s + 2 * c, s + 3 * c, dy, xk, xt, mv[k][0], mv[k][1], g, b, n, c, hw,
-                          1e-5f, 1);
-        be->bn_bwd_apply(be->ctx, dx[k], TFB_F32, dy, xk, xt, mv[k][0], mv[k][1], g, b, s, s + c, (double)n * hw, n,
-                         c, hw, 1e-5f, 1);
+        be->bn_bwd_reduce(be->ctx, s, s + c, s + 2 * c, s + 3 * c, dyk, xt, xk, xt, mv[k][0], mv[k][1], g, b, n, c,
+                          hw, 1e-5f, 1);
+        be->bn_bwd_apply(be->ctx, dx[k], TFB_F32, dyk, xt, xk, xt, mv[k][0], mv[k][1], g, b, s, s + c,
+                         (double)n * hw, n, c, hw, 1e-5f, 1);
     }
     be->bn_apply(be->ctx, y, TFB_F32, x, TFB_F32, mv[0][0], mv[0][1], g, b, n, c, hw, 1e-5f, 1);
     be->bn_apply(be->ctx, y16, t, x16, t, mv[1][0], mv[1][1], g, b, n, c, hw, 1e-5f, 1);
@@ -359,31 +363,40 @@ static void bn_16bit_test(int n, int c, int hw, tfb_dtype t, const char *name) {
                !memcmp(dx[0], dx[1], e * 4) && !memcmp(y16, yr, e * 2);
     EXPECT(name, same, "16-bit batch norm differs from FP32 on the widened values");
     free(x); free(dy); free(g); free(b); free(y); free(st[0]); free(st[1]); free(dx[0]); free(dx[1]);
-    free(x16); free(y16); free(yr);
+    free(x16); free(y16); free(yr); free(dy16);
 }
 
+/* The convolution writing a 16-bit y, and a 16-bit dx, against its FP32 y and dx rounded. */
 static void conv_16bit_y_test(void) {
     tfb_conv_desc d = {.n = 2, .c = 3, .h = 7, .w = 6, .k = 4, .r = 3, .s = 3, .stride = 2, .pad = 1, .p = 4, .q = 3,
                        .layout = TFB_NCHW, .in_type = TFB_F16};
     size_t nx = 2 * 3 * 7 * 6, nw = 4 * 3 * 9, ny = 2 * 4 * 4 * 3;
     float *x = rand_vec(nx), *w = rand_vec(nw), *y = malloc(ny * 4);
     uint16_t *x16 = malloc(nx * 2), *w16 = malloc(nw * 2), *y16 = malloc(ny * 2), *yr = malloc(ny * 2);
+    uint16_t *dx16 = malloc(nx * 2), *dxr = malloc(nx * 2), *dy16 = malloc(ny * 2);
+    float *dx = malloc(nx * 4), *dy = rand_vec(ny);
     be->cast(be->ctx, x16, TFB_F16, x, TFB_F32, nx);
     be->cast(be->ctx, w16, TFB_F16, w, TFB_F32, nw);
+    be->cast(be->ctx, dy16, TFB_F16, dy, TFB_F32, ny);
     be->conv_fwd(be->ctx, &d, y, x16, w16);
-    d.y_type = TFB_F16;
+    be->conv_bwd_data(be->ctx, &d, dx, dy16, w16);
+    d.y_type = d.dx_type = TFB_F16;
     be->conv_fwd(be->ctx, &d, y16, x16, w16);
+    be->conv_bwd_data(be->ctx, &d, dx16, dy16, w16);
     be->cast(be->ctx, yr, TFB_F16, y, TFB_F32, ny);
-    d.y_type = TFB_BF16; /* neither FP32 nor the input type */
-    tfb_status bad = be->conv_fwd(be->ctx, &d, y16, x16, w16);
-    EXPECT("conv_fwd_16bit_y_is_fp32_y_rounded", !memcmp(y16, yr, ny * 2) && bad == TFB_ERR_ARG,
-           "16-bit y differs or a mixed y type was accepted (%d)", (int)bad);
-    free(x); free(w); free(y); free(x16); free(w16); free(y16); free(yr);
+    be->cast(be->ctx, dxr, TFB_F16, dx, TFB_F32, nx);
+    d.y_type = d.dx_type = TFB_BF16; /* neither FP32 nor the input type */
+    tfb_status bad = be->conv_fwd(be->ctx, &d, y16, x16, w16), bad_dx = be->conv_bwd_data(be->ctx, &d, dx16, dy16, w16);
+    EXPECT("conv_16bit_y_and_dx_are_fp32_ones_rounded",
+           !memcmp(y16, yr, ny * 2) && !memcmp(dx16, dxr, nx * 2) && bad == TFB_ERR_ARG && bad_dx == TFB_ERR_ARG,
+           "16-bit y or dx differs, or a mixed type was accepted (%d %d)", (int)bad, (int)bad_dx);
+    free(x); free(w); free(y); free(x16); free(w16); free(y16); free(yr); free(dx16); free(dxr); free(dx);
+    free(dy16); free(dy);
 }
 
 /* A residual block's sum + ReLU with 16-bit operands and output against the FP32 op on the widened operands, the
- * result rounded (also in place over a); and the ReLU's backward from a 16-bit output against the same from its
- * widened copy. */
+ * result rounded (also in place over a); and its backward (the sum masked by the output) likewise, and masking
+ * alone against its definition. */
 static void add_relu_test(tfb_dtype t, const char *name) {
     size_t n = 1001;
     float *a = rand_vec(n), *b = rand_vec(n), *y = malloc(n * 4), *aw = malloc(n * 4), *dy = rand_vec(n);
@@ -407,10 +420,14 @@ static void add_relu_test(tfb_dtype t, const char *name) {
     be->add_relu(be->ctx, a16, t, a16, t, b, TFB_F32, n, 1); /* in place */
     same &= !memcmp(a16, yr, n * 2);
     be->cast(be->ctx, yw, TFB_F32, y16, t, n);
-    be->relu_bwd(be->ctx, d[0], dy, y16, t, n);
-    be->relu_bwd(be->ctx, d[1], dy, yw, TFB_F32, n);
-    for (size_t i = 0; i < n; i++) same &= d[1][i] == (yw[i] > 0 ? dy[i] : 0.0f);
-    same &= !memcmp(d[0], d[1], n * 4);
+    be->add_relu_bwd(be->ctx, d[0], TFB_F32, dy, TFB_F32, NULL, TFB_F32, y16, t, n);
+    for (size_t i = 0; i < n; i++) same &= d[0][i] == (yw[i] > 0 ? dy[i] : 0.0f);
+    be->cast(be->ctx, a16, t, a, TFB_F32, n);
+    be->add_relu_bwd(be->ctx, d[1], TFB_F32, aw, TFB_F32, b, TFB_F32, yw, TFB_F32, n);
+    be->add_relu_bwd(be->ctx, a16, t, a16, t, b, TFB_F32, y16, t, n); /* in place, 16-bit */
+    be->cast(be->ctx, yr, t, d[1], TFB_F32, n);
+    for (size_t i = 0; i < n; i++) same &= d[1][i] == (yw[i] > 0 ? aw[i] + b[i] : 0.0f);
+    same &= !memcmp(a16, yr, n * 2);
     EXPECT(name, same && cut > 0 && kept > 0, "differs from the FP32 op rounded (%d cut, %d kept)", cut, kept);
     free(a); free(b); free(y); free(aw); free(dy); free(d[0]); free(d[1]); free(yw); free(a16); free(y16); free(yr);
 }
@@ -454,8 +471,8 @@ int main(void) {
     bn_16bit_test(3, 5, 7, TFB_F16, "batchnorm_fp16_x_and_y_nchw");
     bn_16bit_test(41, 19, 1, TFB_BF16, "batchnorm_bf16_x_and_y_rows");
     conv_16bit_y_test();
-    add_relu_test(TFB_F16, "add_relu_fp16_and_relu_bwd");
-    add_relu_test(TFB_BF16, "add_relu_bf16_and_relu_bwd");
+    add_relu_test(TFB_F16, "add_relu_fp16_and_its_backward");
+    add_relu_test(TFB_BF16, "add_relu_bf16_and_its_backward");
     test_bn_moments_merge(2);
     test_bn_moments_merge(3);
     test_pools();

@@ -144,8 +144,8 @@ static const float *conv_dy_group(void *ctx, const tfb_conv_desc *d, const float
     return buf;
 }
 
-static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, float *dx, const void *dy16,
-                                    const void *w16) {
+static tfb_status conv_bwd_data_f32(void *ctx, const tfb_conv_desc *d, float *dx, const void *dy16,
+                                   const void *w16) {
     const float *dy = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_DY, dy16, d->in_type, d->tf32, y_elems(d));
     const float *w = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_W, w16, d->in_type, d->tf32, w_elems(d));
     int crs = d->c * d->r * d->s, pq = d->p * d->q, G = conv_group(d), pointwise = conv_is_pointwise(d);
@@ -167,6 +167,18 @@ static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, float *dx
     return TFB_OK;
 }
 
+/* A 16-bit dx is computed in FP32 scratch and rounded into dx, as for conv_fwd's y. */
+static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, void *dx, const void *dy16, const void *w16) {
+    if (d->dx_type == TFB_F32) return conv_bwd_data_f32(ctx, d, dx, dy16, w16);
+    if (d->dx_type != d->in_type) return TFB_ERR_ARG;
+    size_t n = x_elems(d);
+    float *dx32 = tfb_cpu_scratch(ctx, TFB_CPU_SLOT_CONV_DX, n);
+    TFB_CHECK_ALLOC(dx32);
+    TFB_CHECK(conv_bwd_data_f32(ctx, d, dx32, dy16, w16));
+    tfb_cpu_narrow(dx, d->dx_type, dx32, n);
+    return TFB_OK;
+}
+
 static tfb_status cpu_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *dw, const void *x16,
                                       const void *dy16) {
     const float *x = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_CONV_X, x16, d->in_type, d->tf32, x_elems(d));
@@ -185,9 +197,9 @@ static tfb_status cpu_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *
     return TFB_OK;
 }
 
-/* x of type t as FP32 (itself, or widened into the batch-norm scratch slot) */
-static const float *bn_input(void *ctx, const void *x, tfb_dtype t, int n, int c, int hw) {
-    return tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_BN_X, x, t, 0, (size_t)n * c * hw);
+/* x of type t as FP32 (itself, or widened into the batch-norm scratch slot `slot`: BN_X, or BN_DY for dy) */
+static const float *bn_input(void *ctx, int slot, const void *x, tfb_dtype t, int n, int c, int hw) {
+    return tfb_cpu_as_f32(ctx, slot, x, t, 0, (size_t)n * c * hw);
 }
 
 /* Where an op's FP32 result goes: out itself, or the scratch slot bn_output_finish narrows into a 16-bit out. */
@@ -202,7 +214,7 @@ static tfb_status bn_output_finish(void *out, tfb_dtype t, const float *v, int n
 /* Each image plane is summed in FP32 vector lanes, the planes in double. */
 static tfb_status cpu_bn_moments(void *ctx, float *mean, float *var, const void *xt, tfb_dtype x_type, int n, int c,
                                  int hw) {
-    const float *x = bn_input(ctx, xt, x_type, n, c, hw);
+    const float *x = bn_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
     TFB_CHECK_ALLOC(x);
     if (hw == 1) return tfb_cpu_bn_rows_moments(mean, var, x, n, c);
 #pragma omp parallel for schedule(static)
@@ -232,7 +244,7 @@ static tfb_status cpu_bn_moments(void *ctx, float *mean, float *var, const void 
 static tfb_status cpu_bn_apply(void *ctx, void *yt, tfb_dtype y_type, const void *xt, tfb_dtype x_type,
                                const float *mean, const float *var, const float *gamma, const float *beta, int n,
                                int c, int hw, float eps, int relu) {
-    const float *x = bn_input(ctx, xt, x_type, n, c, hw);
+    const float *x = bn_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
     float *y = bn_output(ctx, yt, y_type, n, c, hw);
     if (!x || !y) return TFB_ERR_NOMEM;
     if (hw == 1) {
@@ -261,11 +273,12 @@ static inline float relu_gated(float dy, float x, float scale, float shift, int 
 }
 
 static tfb_status cpu_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
-                                    const float *dy, const void *xt, tfb_dtype x_type, const float *mean,
-                                    const float *var, const float *gamma, const float *beta, int n, int c, int hw,
-                                    float eps, int relu) {
-    const float *x = bn_input(ctx, xt, x_type, n, c, hw);
-    TFB_CHECK_ALLOC(x);
+                                    const void *dyt, tfb_dtype dy_type, const void *xt, tfb_dtype x_type,
+                                    const float *mean, const float *var, const float *gamma, const float *beta, int n,
+                                    int c, int hw, float eps, int relu) {
+    const float *x = bn_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
+    const float *dy = bn_input(ctx, TFB_CPU_SLOT_BN_DY, dyt, dy_type, n, c, hw);
+    if (!x || !dy) return TFB_ERR_NOMEM;
     if (hw == 1)
         return tfb_cpu_bn_rows_bwd_reduce(sum_dy, sum_dy_xhat, dgamma, dbeta, dy, x, mean, var, gamma, beta, n, c,
                                           eps, relu);
@@ -294,13 +307,15 @@ static tfb_status cpu_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xhat
     return TFB_OK;
 }
 
-static tfb_status cpu_bn_bwd_apply(void *ctx, void *dxt, tfb_dtype dx_type, const float *dy, const void *xt,
-                                   tfb_dtype x_type, const float *mean, const float *var, const float *gamma,
-                                   const float *beta, const float *sum_dy, const float *sum_dy_xhat, double count,
-                                   int n, int c, int hw, float eps, int relu) {
-    const float *x = bn_input(ctx, xt, x_type, n, c, hw);
+static tfb_status cpu_bn_bwd_apply(void *ctx, void *dxt, tfb_dtype dx_type, const void *dyt, tfb_dtype dy_type,
+                                   const void *xt, tfb_dtype x_type, const float *mean, const float *var,
+                                   const float *gamma, const float *beta, const float *sum_dy,
+                                   const float *sum_dy_xhat, double count, int n, int c, int hw, float eps,
+                                   int relu) {
+    const float *x = bn_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
+    const float *dy = bn_input(ctx, TFB_CPU_SLOT_BN_DY, dyt, dy_type, n, c, hw);
     float *dx = bn_output(ctx, dxt, dx_type, n, c, hw);
-    if (!x || !dx) return TFB_ERR_NOMEM;
+    if (!x || !dy || !dx) return TFB_ERR_NOMEM;
     if (hw == 1) {
         TFB_CHECK(tfb_cpu_bn_rows_bwd_apply(dx, dy, x, mean, var, gamma, beta, sum_dy, sum_dy_xhat, count, n, c, eps,
                                             relu));
@@ -404,7 +419,8 @@ static tfb_status cpu_avgpool_bwd(void *ctx, float *dx, const float *dy, int n, 
     return TFB_OK;
 }
 
-/* A residual block's output: the FP32 sum of the two branches, ReLU, one rounding into out_type. */
+/* A residual block's output: the FP32 sum of the two branches, ReLU, one rounding into out_type; and its
+ * backward, masked by the ReLU's output. */
 static tfb_status cpu_add_relu(void *ctx, void *out, tfb_dtype out_type, const void *a, tfb_dtype a_type,
                                const void *b, tfb_dtype b_type, size_t n, int relu) {
     (void)ctx;
@@ -416,10 +432,14 @@ static tfb_status cpu_add_relu(void *ctx, void *out, tfb_dtype out_type, const v
     return TFB_OK;
 }
 
-static tfb_status cpu_relu_bwd(void *ctx, float *din, const float *dout, const void *y, tfb_dtype y_type, size_t n) {
+static tfb_status cpu_add_relu_bwd(void *ctx, void *din, tfb_dtype din_type, const void *a, tfb_dtype a_type,
+                                   const void *b, tfb_dtype b_type, const void *y, tfb_dtype y_type, size_t n) {
     (void)ctx;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) din[i] = tfb_cpu_load(y, y_type, i) > 0.0f ? dout[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float v = tfb_cpu_load(a, a_type, i) + (b ? tfb_cpu_load(b, b_type, i) : 0.0f);
+        tfb_cpu_store(din, din_type, i, !y || tfb_cpu_load(y, y_type, i) > 0.0f ? v : 0.0f);
+    }
     return TFB_OK;
 }
 
@@ -438,5 +458,5 @@ void tfb_cpu_conv_install(tfb_backend *be) {
     be->avgpool_fwd = cpu_avgpool_fwd;
     be->avgpool_bwd = cpu_avgpool_bwd;
     be->add_relu = cpu_add_relu;
-    be->relu_bwd = cpu_relu_bwd;
+    be->add_relu_bwd = cpu_add_relu_bwd;
 }

@@ -4,10 +4,11 @@
  * Compute modes are explicit: FP32 inputs run CUBLAS_COMPUTE_32F_PEDANTIC (no tensor cores, whatever
  * NVIDIA_TF32_OVERRIDE says) unless the descriptor asks for TF32 (CUBLAS_COMPUTE_32F_FAST_TF32); FP16/BF16 inputs
  * accumulate in FP32 into an FP32 C (CUBLAS_COMPUTE_32F).
- * Convolution: NCHW or NHWC tensors (NHWC filters (k, r, s, c)) in the input type with FP32 compute. cuDNN's search (cudnnFind*) picks the algorithm
- * once per shape, the first time the shape is seen (a warm-up step), and the plan is cached. A 16-bit forward
- * output asked for in 16 bits (y_type) is written by cuDNN directly; other 16-bit outputs are staged in the input
- * type and widened to FP32 (dw added) by a small kernel: cuDNN keeps x, w and y in one type.
+ * Convolution: NCHW or NHWC tensors (NHWC filters (k, r, s, c)) in the input type with FP32 compute. cuDNN's
+ * search (cudnnFind*) picks the algorithm once per shape, the first time the shape is seen (a warm-up step), and
+ * the plan is cached. A 16-bit output asked for in 16 bits (y_type, dx_type) is written by cuDNN directly; other
+ * 16-bit outputs are staged in the input type and widened to FP32 (dw added) by a small kernel: cuDNN keeps x, w
+ * and y in one type.
  * FP32 convolutions accept only FMA algorithms (CUDNN_FMA_MATH), so FP32 never silently means TF32. An algorithm
  * whose workspace exceeds CONV_WORKSPACE_LIMIT is passed over for the fastest one within it: the workspace and the
  * 16-bit staging come out of the 1 GiB that `tfbench estimate` reserves beside the planned pools, and an FFT
@@ -221,19 +222,22 @@ static tfb_status cuda_conv_fwd(void *ctx, const tfb_conv_desc *d, void *y, cons
     return widened ? widen(c, (float *)y, out, d->in_type, y_elems(d), 0) : TFB_OK;
 }
 
-static tfb_status cuda_conv_bwd_data(void *ctx, const tfb_conv_desc *d, float *dx, const void *dy, const void *w) {
+/* dx in d->dx_type: likewise, cuDNN writes a 16-bit dx_type (= in_type) directly */
+static tfb_status cuda_conv_bwd_data(void *ctx, const tfb_conv_desc *d, void *dx, const void *dy, const void *w) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     tfb_conv_plan *p;
-    void *out;
+    void *out = dx;
     const float one = 1.0f, zero = 0.0f;
+    int widened = d->in_type != TFB_F32 && d->dx_type == TFB_F32;
+    if (d->dx_type != TFB_F32 && d->dx_type != d->in_type) return TFB_ERR_ARG;
     TFB_CHECK(plan_get(c, d, &p));
     if (!p->have_data) TFB_CHECK(plan_search_data(c, p));
     TFB_CHECK(tfb_cuda_grow(c, &c->workspace, &c->workspace_bytes, p->data.memory));
-    TFB_CHECK(stage(c, d, dx, x_elems(d), &out));
+    if (widened) TFB_CHECK(stage(c, d, (float *)dx, x_elems(d), &out));
     TFB_CHECK_CUDNN(cudnnSetConvolutionMathType(p->conv, run_math(d, p->data.mathType)));
     TFB_CHECK_CUDNN(cudnnConvolutionBackwardData(c->dnn, &one, p->w, w, p->y, dy, p->conv, p->data.algo,
                                                  c->workspace, p->data.memory, &zero, p->x, out));
-    return d->in_type == TFB_F32 ? TFB_OK : widen(c, dx, out, d->in_type, x_elems(d), 0);
+    return widened ? widen(c, (float *)dx, out, d->in_type, x_elems(d), 0) : TFB_OK;
 }
 
 static tfb_status cuda_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *dw, const void *x, const void *dy) {

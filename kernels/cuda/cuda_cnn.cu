@@ -225,8 +225,8 @@ __global__ void k_col_sqdev(float *partial_sq, const float *mean, const X *x, in
 
 /* Partial (sum g, sum g (x - mean)) of the block's rows, g = dy gated by the ReLU (bn_bwd), in the plane kernels'
  * layout. */
-template <typename X>
-__global__ void k_col_bwd_partial(float *partial, const float *dy, const X *x, bn_bwd bn, int rows, int c,
+template <typename D, typename X>
+__global__ void k_col_bwd_partial(float *partial, const D *dy, const X *x, bn_bwd bn, int rows, int c,
                                   int splits) {
     int r0, r1, ch = col_rows(rows, splits, &r0, &r1);
     float s = 0.0f, sx = 0.0f;
@@ -350,8 +350,8 @@ static tfb_status cuda_bn_apply(void *ctx, void *y, tfb_dtype y_type, const void
 }
 
 /* Partial (sum g, sum g (x - mean)) of each block's planes, g = dy gated by the ReLU. */
-template <typename X>
-__global__ void k_bn_bwd_partial(float *partial, const float *dy, const X *x, bn_bwd bn, int n, int c, int hw,
+template <typename D, typename X>
+__global__ void k_bn_bwd_partial(float *partial, const D *dy, const X *x, bn_bwd bn, int n, int c, int hw,
                                  int splits) {
     int i0, i1, ch = block_planes(n, splits, &i0, &i1);
     size_t first = ((size_t)i0 * c + ch) * hw;
@@ -360,7 +360,7 @@ __global__ void k_bn_bwd_partial(float *partial, const float *dy, const X *x, bn
     bn_affine_of(bn, ch, &scale, &shift);
     for (unsigned e = threadIdx.x; e < count; e += blockDim.x) {
         size_t i = first + block_offset(e, hw, c);
-        float xi = ldf(x, i), g = col_gate(dy[i], xi, scale, shift, bn.relu);
+        float xi = ldf(x, i), g = col_gate(ldf(dy, i), xi, scale, shift, bn.relu);
         s += g;
         sx += g * (xi - m);
     }
@@ -383,8 +383,8 @@ __global__ void k_bn_bwd_finish(float *sum_dy, float *sum_dy_xhat, float *dgamma
     }
 }
 
-template <typename X>
-static tfb_status bn_bwd_partials(void *ctx, float *p, const float *dy, const X *x, const bn_bwd &bn, int n, int c,
+template <typename D, typename X>
+static tfb_status bn_bwd_partials(void *ctx, float *p, const D *dy, const X *x, const bn_bwd &bn, int n, int c,
                                   int hw, int splits) {
     if (hw == 1) k_col_bwd_partial<<<col_grid(c, splits), dim3(COL_X, COL_Y), 0, S(ctx)>>>(p, dy, x, bn, n, c, splits);
     else k_bn_bwd_partial<<<c * splits, CH_THREADS, 0, S(ctx)>>>(p, dy, x, bn, n, c, hw, splits);
@@ -393,9 +393,9 @@ static tfb_status bn_bwd_partials(void *ctx, float *p, const float *dy, const X 
 }
 
 static tfb_status cuda_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xhat, float *dgamma, float *dbeta,
-                                     const float *dy, const void *x, tfb_dtype x_type, const float *mean,
-                                     const float *var, const float *gamma, const float *beta, int n, int c, int hw,
-                                     float eps, int relu) {
+                                     const void *dy, tfb_dtype dy_type, const void *x, tfb_dtype x_type,
+                                     const float *mean, const float *var, const float *gamma, const float *beta,
+                                     int n, int c, int hw, float eps, int relu) {
     cuda_ctx *cc = (cuda_ctx *)ctx;
     float *p;
     if (c < 1 || n < 1) return TFB_OK;
@@ -403,7 +403,8 @@ static tfb_status cuda_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xha
     int splits = hw == 1 ? col_split_of(cc, c, n) : split_of(cc, c, n);
     bn_bwd bn = {mean, var, gamma, beta, eps, relu};
     TFB_CHECK(partials_reserve(cc, c, splits, 2, &p));
-    TYPE_CASE(x_type, X, TFB_CHECK(bn_bwd_partials(ctx, p, dy, (const X *)x, bn, n, c, hw, splits)));
+    TYPE_CASE(dy_type, D, TYPE_CASE(x_type, X, TFB_CHECK(bn_bwd_partials(ctx, p, (const D *)dy, (const X *)x, bn, n,
+                                                                          c, hw, splits))));
     k_bn_bwd_finish<<<tfb_cuda_blocks((size_t)c), TFB_CUDA_THREADS, 0, S(ctx)>>>(sum_dy, sum_dy_xhat, dgamma, dbeta, p,
                                                                                 var, c, splits, eps);
     TFB_CHECK_LAUNCH();
@@ -439,48 +440,49 @@ struct bn_dx {
     }
 };
 
-/* dx of type T (FP32, or 16-bit rounded to nearest even as it is written) from x of type X */
-template <typename T, typename X, typename I>
-__global__ void k_bn_bwd_apply(T *dx, const float *dy, const X *x, const float *coef, I total, I c, I hw, int relu) {
+/* dx of type T (FP32, or 16-bit rounded to nearest even as it is written) from dy of type D and x of type X */
+template <typename T, typename D, typename X, typename I>
+__global__ void k_bn_bwd_apply(T *dx, const D *dy, const X *x, const float *coef, I total, I c, I hw, int relu) {
     for (I e = blockIdx.x * (I)blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
         int ch = (int)(e / hw % c);
-        stf(dx, e, bn_dx(coef, (int)c, ch).of(dy[e], ldf(x, e), relu));
+        stf(dx, e, bn_dx(coef, (int)c, ch).of(ldf(dy, e), ldf(x, e), relu));
     }
 }
 
-template <typename T, typename X>
-__global__ void k_bn_bwd_apply_rows(T *dx, const float *dy, const X *x, const float *coef, int rows, int c,
+template <typename T, typename D, typename X>
+__global__ void k_bn_bwd_apply_rows(T *dx, const D *dy, const X *x, const float *coef, int rows, int c,
                                     int relu) {
     int ch = blockIdx.x * COL_X + threadIdx.x;
     if (ch >= c) return;
     bn_dx k(coef, c, ch);
     for (int r = blockIdx.y * COL_Y + threadIdx.y; r < rows; r += gridDim.y * COL_Y) {
         size_t i = (size_t)r * c + ch;
-        stf(dx, i, k.of(dy[i], ldf(x, i), relu));
+        stf(dx, i, k.of(ldf(dy, i), ldf(x, i), relu));
     }
 }
 
-template <typename T, typename X>
-static tfb_status bn_bwd_apply_typed(void *ctx, T *dx, const float *dy, const X *x, const float *coef, int n, int c,
+template <typename T, typename D, typename X>
+static tfb_status bn_bwd_apply_typed(void *ctx, T *dx, const D *dy, const X *x, const float *coef, int n, int c,
                                      int hw, int relu) {
     size_t total = (size_t)n * c * hw;
     if (hw == 1)
-        k_bn_bwd_apply_rows<T, X><<<rows_grid((cuda_ctx *)ctx, n, c), dim3(COL_X, COL_Y), 0, S(ctx)>>>(dx, dy, x, coef,
-                                                                                                      n, c, relu);
+        k_bn_bwd_apply_rows<T, D, X><<<rows_grid((cuda_ctx *)ctx, n, c), dim3(COL_X, COL_Y), 0, S(ctx)>>>(
+            dx, dy, x, coef, n, c, relu);
     else if (index32(total))
-        k_bn_bwd_apply<T, X, unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+        k_bn_bwd_apply<T, D, X, unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
             dx, dy, x, coef, (unsigned)total, (unsigned)c, (unsigned)hw, relu);
     else
-        k_bn_bwd_apply<T, X, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+        k_bn_bwd_apply<T, D, X, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
             dx, dy, x, coef, total, (size_t)c, (size_t)hw, relu);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
-static tfb_status cuda_bn_bwd_apply(void *ctx, void *dx, tfb_dtype dx_type, const float *dy, const void *x,
-                                    tfb_dtype x_type, const float *mean, const float *var, const float *gamma,
-                                    const float *beta, const float *sum_dy, const float *sum_dy_xhat, double count,
-                                    int n, int c, int hw, float eps, int relu) {
+static tfb_status cuda_bn_bwd_apply(void *ctx, void *dx, tfb_dtype dx_type, const void *dy, tfb_dtype dy_type,
+                                    const void *x, tfb_dtype x_type, const float *mean, const float *var,
+                                    const float *gamma, const float *beta, const float *sum_dy,
+                                    const float *sum_dy_xhat, double count, int n, int c, int hw, float eps,
+                                    int relu) {
     bn_bwd bn = {mean, var, gamma, beta, eps, relu};
     float *coef;
     if ((size_t)n * c * hw == 0) return TFB_OK;
@@ -489,8 +491,8 @@ static tfb_status cuda_bn_bwd_apply(void *ctx, void *dx, tfb_dtype dx_type, cons
     k_bn_bwd_coeffs<<<tfb_cuda_blocks((size_t)c), TFB_CUDA_THREADS, 0, S(ctx)>>>(coef, bn, sum_dy, sum_dy_xhat, count,
                                                                                  c);
     TFB_CHECK_LAUNCH();
-    TYPE_CASE(dx_type, T, TYPE_CASE(x_type, X, return bn_bwd_apply_typed(ctx, (T *)dx, dy, (const X *)x, coef, n, c,
-                                                                          hw, relu)));
+    TYPE_CASE(dx_type, T, TYPE_CASE(dy_type, D, TYPE_CASE(x_type, X, return bn_bwd_apply_typed(
+        ctx, (T *)dx, (const D *)dy, (const X *)x, coef, n, c, hw, relu))));
     return TFB_OK;
 }
 
@@ -666,7 +668,7 @@ static tfb_status cuda_avgpool_bwd(void *ctx, float *dx, const float *dy, int n,
     return TFB_OK;
 }
 
-/* ---- a residual block's sum + ReLU, and the ReLU's backward from its (possibly 16-bit) output ---- */
+/* ---- a residual block's sum + ReLU, and its backward: the gradients' sum masked by the ReLU's output ---- */
 
 template <typename O, typename A, typename B>
 __global__ void k_add_relu(O *out, const A *a, const B *b, size_t n, int relu) {
@@ -686,14 +688,28 @@ static tfb_status cuda_add_relu(void *ctx, void *out, tfb_dtype out_type, const 
     return TFB_OK;
 }
 
-template <typename Y>
-__global__ void k_relu_bwd(float *din, const float *dout, const Y *y, size_t n) {
-    TFB_GRID_LOOP(i, n) din[i] = ldf(y, i) > 0.0f ? dout[i] : 0.0f;
+/* The backward's operands come in few type combinations but each may be absent or of any type: they are loaded
+ * through a switch on the type, the same for every thread (no divergence), rather than 81 instantiations. */
+__device__ __forceinline__ float ld_any(const void *p, int t, size_t i) {
+    if (t == TFB_F16) return __half2float(((const __half *)p)[i]);
+    if (t == TFB_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return ((const float *)p)[i];
 }
 
-static tfb_status cuda_relu_bwd(void *ctx, float *din, const float *dout, const void *y, tfb_dtype y_type, size_t n) {
+template <typename O>
+__global__ void k_add_relu_bwd(O *din, const void *a, int a_type, const void *b, int b_type, const void *y,
+                               int y_type, size_t n) {
+    TFB_GRID_LOOP(i, n) {
+        float v = ld_any(a, a_type, i) + (b ? ld_any(b, b_type, i) : 0.0f);
+        stf(din, i, !y || ld_any(y, y_type, i) > 0.0f ? v : 0.0f);
+    }
+}
+
+static tfb_status cuda_add_relu_bwd(void *ctx, void *din, tfb_dtype din_type, const void *a, tfb_dtype a_type,
+                                    const void *b, tfb_dtype b_type, const void *y, tfb_dtype y_type, size_t n) {
     if (n < 1) return TFB_OK;
-    TYPE_CASE(y_type, Y, k_relu_bwd<Y><<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(din, dout, (const Y *)y, n));
+    TYPE_CASE(din_type, O, k_add_relu_bwd<O><<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+        (O *)din, a, (int)a_type, b, (int)b_type, y, (int)y_type, n));
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -710,5 +726,5 @@ void tfb_cuda_cnn_install(tfb_backend *be) {
     be->avgpool_fwd = cuda_avgpool_fwd;
     be->avgpool_bwd = cuda_avgpool_bwd;
     be->add_relu = cuda_add_relu;
-    be->relu_bwd = cuda_relu_bwd;
+    be->add_relu_bwd = cuda_add_relu_bwd;
 }
