@@ -236,19 +236,26 @@ static void plan_n(tfb_mempool *p, float **const *f, int n, size_t elems) {
     for (int i = 0; i < n; i++) tfb_mempool_add(p, (void **)f[i], elems * 4);
 }
 
+/* A layer's saved activations; those only GEMMs read in the GEMM type (es bytes an element), the 16-bit casts of
+ * the layer input and x1 only in 16-bit runs. */
 static void plan_layer_acts(tfb_mempool *p, const bert_model *m, bert_layer_acts *la) {
     size_t N = (size_t)m->N, H = (size_t)m->cfg.hidden, s = (size_t)m->wc.seq_len;
     size_t W = (size_t)bert_ctx_local_width(&m->ctx), F = (size_t)m->ctx.ffn, A = (size_t)m->ctx.heads;
+    size_t es = tfb_dtype_size(m->wc.gemm_type);
     float **nh[] = {&la->h1, &la->x1, &la->h2, &la->y};
     plan_n(p, nh, 4, N * H);
     float **ln[] = {&la->ln1_mean, &la->ln1_rstd, &la->ln2_mean, &la->ln2_rstd};
     plan_n(p, ln, 4, N);
-    tfb_mempool_add(p, (void **)&la->ctx, N * W * 4);
+    tfb_mempool_add(p, &la->ctx, N * W * es);
     tfb_mempool_add(p, (void **)&la->qkv, N * 3 * W * 4);
+    tfb_mempool_add(p, &la->qkv_hm, N * 3 * W * es);
     tfb_mempool_add(p, (void **)&la->att, m->B * A * s * s * 4);
-    tfb_mempool_add(p, (void **)&la->att_d, m->B * A * s * s * 4);
+    tfb_mempool_add(p, &la->att_d, m->B * A * s * s * es);
     tfb_mempool_add(p, (void **)&la->u, N * F * 4);
-    tfb_mempool_add(p, (void **)&la->g, N * F * 4);
+    tfb_mempool_add(p, &la->g, N * F * es);
+    if (m->wc.gemm_type == TFB_F32) return;
+    tfb_mempool_add(p, &la->x_lp, N * H * 2);
+    tfb_mempool_add(p, &la->x1_lp, N * H * 2);
 }
 
 static void plan_slot(tfb_mempool *p, bert_model *m, bert_slot *a) {
@@ -292,7 +299,7 @@ static void plan_shared(tfb_mempool *p, bert_model *m) {
     tfb_mempool_add(p, (void **)&m->s.dqkv, N * 3 * W * 4);
     tfb_mempool_add(p, (void **)&m->s.datt, B * A * s * s * 4);
     tfb_mempool_add(p, (void **)&m->s.dff, N * (size_t)m->ctx.ffn * 4);
-    if (m->st.l1 > m->st.l0) tfb_mempool_add(p, (void **)&m->ctx.hm, 4 * N * W * 4); /* head-major attention */
+    if (m->st.l1 > m->st.l0) tfb_mempool_add(p, (void **)&m->ctx.hm, 2 * N * W * 4); /* head-major attention */
     if (m->wc.checkpointing && m->st.l1 > m->st.l0) plan_layer_acts(p, m, &m->rc);
 }
 
@@ -410,7 +417,7 @@ static tfb_status embeddings_fwd(bert_model *m, bert_slot *a, const bert_batch *
     TFB_CHECK(be->embedding_fwd(be->ctx, a->emb_sum, m->w.type_emb, d->types, N, H, 1));
     TFB_CHECK(be->layernorm_fwd(be->ctx, a->emb_ln, a->emb_mean, a->emb_rstd, a->emb_sum, m->w.emb_ln_g,
                                 m->w.emb_ln_b, N, H, 1e-12f));
-    return be->dropout_fwd(be->ctx, a->x0, a->emb_ln, (size_t)N * H, m->wc.dropout,
+    return be->dropout_fwd(be->ctx, a->x0, TFB_F32, a->emb_ln, (size_t)N * H, m->wc.dropout,
                            bert_dropout_key(&m->ctx, 0, m->ctx.sample0 * (size_t)m->wc.seq_len * H));
 }
 
@@ -445,7 +452,7 @@ static tfb_status heads_fwd(bert_model *m, bert_slot *a, const bert_batch *d, co
     float nsp;
     TFB_CHECK(be->embedding_fwd(be->ctx, a->mlm_in, y, d->mlm_rows, M, H, 0));
     TFB_CHECK(bert_linear_fwd(c, a->mlm_pre, a->mlm_in, m->w.mlm_w, NULL, M, H, H));
-    TFB_CHECK(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, a->mlm_act, a->mlm_pre, m->w.mlm_b, M, H));
+    TFB_CHECK(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, a->mlm_act, TFB_F32, a->mlm_pre, m->w.mlm_b, M, H));
     TFB_CHECK(be->layernorm_fwd(be->ctx, a->mlm_ln, a->mlm_mean, a->mlm_rstd, a->mlm_act, m->w.mlm_ln_g,
                                 m->w.mlm_ln_b, M, H, 1e-12f));
     TFB_CHECK(bert_linear_fwd(c, a->logits, a->mlm_ln, m->w.word_emb, m->w.mlm_dec_b, M, H, m->st.Vl));

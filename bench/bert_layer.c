@@ -1,9 +1,13 @@
 /* bert_layer.c — the kernel sequence of one post-LN encoder layer, forward and backward (see bert_layer.h).
  *
- * Attention runs on head-major copies of Q, K and V (permuted out of the fused (N, 3H) projection into ctx->hm), so
- * each of its GEMMs is one strided batched call over every (sample, head) pair, not one call per sample: the
- * launch count per layer does not grow with the batch. The softmax scale is applied inside the softmax op. No
- * allocation happens here.
+ * Attention runs on head-major copies of Q, K and V (permuted out of the fused (N, 3H) projection), so each of its
+ * GEMMs is one strided batched call over every (sample, head) pair, not one call per sample: the launch count per
+ * layer does not grow with the batch. The softmax scale is applied inside the softmax op.
+ *
+ * Every activation a GEMM reads is made once, in the GEMM type, by the op that produces it where the op can write
+ * that type (the head-major permutes, attention dropout, GELU, the softmax backward), else by one cast kept for the
+ * backward (the layer input, x1): the backward's weight-gradient GEMMs read the forward's operands, with no second
+ * cast and no second permute. Only the incoming gradients are cast before their GEMMs. No allocation happens here.
  */
 #include <math.h>
 #include "bert_layer.h"
@@ -31,6 +35,15 @@ static tfb_status lp_act(const bert_ctx *c, int slot, const float *x, size_t n, 
     return TFB_OK;
 }
 
+/* x's operand kept for the backward: x itself in FP32 runs (keep NULL), else its cast into keep. */
+static tfb_status keep_operand(const bert_ctx *c, void *keep, const float *x, size_t n, const void **out) {
+    *out = keep ? (const void *)keep : (const void *)x;
+    return keep ? c->be->cast(c->be->ctx, keep, c->gemm_type, x, TFB_F32, n) : TFB_OK;
+}
+
+/* The operand of an activation x whose cast, if any, was kept in keep. */
+static const void *kept_operand(const void *keep, const float *x) { return keep ? keep : (const void *)x; }
+
 /* The operand a GEMM reads for weight w: the master in FP32, else its 16-bit copy at the same offset. */
 static const void *lp_weight(const bert_ctx *c, const float *w) {
     if (c->gemm_type == TFB_F32) return w;
@@ -52,31 +65,41 @@ static const void *at(const bert_ctx *c, const void *p, size_t e) {
     return (const char *)p + e * tfb_dtype_size(c->gemm_type);
 }
 
+/* As bert_linear_fwd, the input given as its GEMM operand x (of the GEMM type). */
+static tfb_status linear_fwd_op(const bert_ctx *c, float *out, const void *x, const float *w, const float *b, int n,
+                                int in_f, int out_f) {
+    TFB_CHECK(gemm(c, 0, 1, n, out_f, in_f, x, in_f, 0, lp_weight(c, w), in_f, 0, 0.0f, out, out_f, 0, 1));
+    return b ? c->be->bias_add(c->be->ctx, out, b, n, out_f) : TFB_OK;
+}
+
 tfb_status bert_linear_fwd(const bert_ctx *c, float *out, const float *in, const float *w, const float *b, int n,
                            int in_f, int out_f) {
     const void *x;
     TFB_CHECK(lp_act(c, 0, in, (size_t)n * in_f, &x));
-    TFB_CHECK(gemm(c, 0, 1, n, out_f, in_f, x, in_f, 0, lp_weight(c, w), in_f, 0, 0.0f, out, out_f, 0, 1));
-    if (b) TFB_CHECK(c->be->bias_add(c->be->ctx, out, b, n, out_f));
-    return TFB_OK;
+    return linear_fwd_op(c, out, x, w, b, n, in_f, out_f);
 }
 
-/* dW += dy^T in and db += colsum(dout), dy being dout already in the GEMM type. */
+/* dW += dy^T x and db += colsum(dout), dy being dout already in the GEMM type and x the input's GEMM operand. */
 static tfb_status linear_bwd_weight(const bert_ctx *c, float *dw, float *db, const void *dy, const float *dout,
-                                   const float *in, int n, int in_f, int out_f) {
-    const void *x;
-    TFB_CHECK(lp_act(c, 1, in, (size_t)n * in_f, &x));
+                                   const void *x, int n, int in_f, int out_f) {
     TFB_CHECK(gemm(c, 1, 0, out_f, in_f, n, dy, out_f, 0, x, in_f, 0, 1.0f, dw, in_f, 0, 1));
-    if (db) TFB_CHECK(c->be->bias_grad(c->be->ctx, db, dout, n, out_f));
-    return TFB_OK;
+    return db ? c->be->bias_grad(c->be->ctx, db, dout, n, out_f) : TFB_OK;
+}
+
+/* As bert_linear_bwd, the input given as its GEMM operand x. */
+static tfb_status linear_bwd_op(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const void *x,
+                                const float *w, int n, int in_f, int out_f) {
+    const void *dy;
+    TFB_CHECK(lp_act(c, 0, dout, (size_t)n * out_f, &dy));
+    if (din) TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, in_f, 0, 1));
+    return dw ? linear_bwd_weight(c, dw, db, dy, dout, x, n, in_f, out_f) : TFB_OK;
 }
 
 tfb_status bert_linear_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const float *in,
                            const float *w, int n, int in_f, int out_f) {
-    const void *dy;
-    TFB_CHECK(lp_act(c, 0, dout, (size_t)n * out_f, &dy));
-    if (din) TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, in_f, 0, 1));
-    return dw ? linear_bwd_weight(c, dw, db, dy, dout, in, n, in_f, out_f) : TFB_OK;
+    const void *x = in;
+    if (dw) TFB_CHECK(lp_act(c, 1, in, (size_t)n * in_f, &x));
+    return linear_bwd_op(c, din, dw, db, dout, x, w, n, in_f, out_f);
 }
 
 int bert_ctx_local_width(const bert_ctx *c) {
@@ -85,23 +108,24 @@ int bert_ctx_local_width(const bert_ctx *c) {
 
 static int has_group(const bert_ctx *c) { return c->tp && c->tp->size > 1; }
 
-tfb_status bert_row_parallel_fwd(const bert_ctx *c, float *out, const float *in, const float *w, const float *b,
+tfb_status bert_row_parallel_fwd(const bert_ctx *c, float *out, const void *x, const float *w, const float *b,
                                  int n, int in_f, int out_f) {
-    if (!has_group(c)) return bert_linear_fwd(c, out, in, w, b, n, in_f, out_f);
-    TFB_CHECK(bert_linear_fwd(c, out, in, w, NULL, n, in_f, out_f));
+    if (!has_group(c)) return linear_fwd_op(c, out, x, w, b, n, in_f, out_f);
+    TFB_CHECK(linear_fwd_op(c, out, x, w, NULL, n, in_f, out_f));
     TFB_CHECK(tfb_workload_tp_allreduce(c->wl, c->tp, out, (size_t)n * out_f, TFB_SUM));
     return c->be->bias_add(c->be->ctx, out, b, n, out_f);
 }
 
-tfb_status bert_col_parallel_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout,
-                                 const float *in, const float *w, int n, int in_f, int out_f) {
-    if (!has_group(c)) return bert_linear_bwd(c, din, dw, db, dout, in, w, n, in_f, out_f);
+/* As bert_col_parallel_bwd, the input given as its GEMM operand x. */
+static tfb_status col_parallel_bwd_op(const bert_ctx *c, float *din, float *dw, float *db, const float *dout,
+                                      const void *x, const float *w, int n, int in_f, int out_f) {
+    if (!has_group(c)) return linear_bwd_op(c, din, dw, db, dout, x, w, n, in_f, out_f);
     const void *dy; /* cast once: slot 0 holds it through both GEMMs */
     TFB_CHECK(lp_act(c, 0, dout, (size_t)n * out_f, &dy));
     TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, in_f, 0, 1));
     tfb_comm_request *req = NULL; /* dX's sum over the group runs while the weight gradient is computed */
     TFB_CHECK(c->tp->iallreduce(c->tp, din, (size_t)n * in_f, TFB_COMM_F32, TFB_SUM, &req));
-    TFB_CHECK(linear_bwd_weight(c, dw, db, dy, dout, in, n, in_f, out_f));
+    TFB_CHECK(linear_bwd_weight(c, dw, db, dy, dout, x, n, in_f, out_f));
     TFB_CHECK(tfb_workload_mark(c->wl, TFB_MARK_WORK));
     TFB_CHECK(c->tp->wait(c->tp, req));
     TFB_CHECK(tfb_workload_mark(c->wl, TFB_MARK_TP));
@@ -109,12 +133,19 @@ tfb_status bert_col_parallel_bwd(const bert_ctx *c, float *din, float *dw, float
     return TFB_OK;
 }
 
+tfb_status bert_col_parallel_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout,
+                                 const float *in, const float *w, int n, int in_f, int out_f) {
+    const void *x;
+    TFB_CHECK(lp_act(c, 1, in, (size_t)n * in_f, &x));
+    return col_parallel_bwd_op(c, din, dw, db, dout, x, w, n, in_f, out_f);
+}
+
 static uint32_t site_of(int layer, int place) { return (uint32_t)(layer + 1) * 8u + (uint32_t)place; }
 
-/* Dropout of attention probabilities. Without tensor parallelism the batch's (batch, A, s, s) block is contiguous in
- * the global counter space and takes one call; a rank holding some of the heads takes one call per sample, its
- * heads sitting at global head tp_rank * A. */
-static tfb_status attention_dropout(const bert_ctx *c, int layer, float *out, const float *in, int bwd) {
+/* Dropout of attention probabilities, into out of type t (the GEMM type forward, FP32 backward). Without tensor
+ * parallelism the batch's (batch, A, s, s) block is contiguous in the global counter space and takes one call; a
+ * rank holding some of the heads takes one call per sample, its heads sitting at global head tp_rank * A. */
+static tfb_status attention_dropout(const bert_ctx *c, int layer, void *out, tfb_dtype t, const float *in, int bwd) {
     int s = c->seq, A = c->heads, At = c->heads_total ? c->heads_total : A;
     size_t per_sample = (size_t)A * s * s;
     int calls = At == A ? 1 : c->batch;
@@ -123,41 +154,43 @@ static tfb_status attention_dropout(const bert_ctx *c, int layer, float *out, co
         uint64_t elem0 = ((c->sample0 + (uint64_t)b) * At + (uint64_t)c->tp_rank * A) * s * s;
         tfb_dropout_key k = bert_dropout_key(c, site_of(layer, SITE_ATT), elem0);
         size_t o = b * per_sample;
-        if (bwd) TFB_CHECK(c->be->dropout_bwd(c->be->ctx, out + o, in + o, n, c->dropout, k));
-        else TFB_CHECK(c->be->dropout_fwd(c->be->ctx, out + o, in + o, n, c->dropout, k));
+        void *dst = (char *)out + o * tfb_dtype_size(t);
+        if (bwd) TFB_CHECK(c->be->dropout_bwd(c->be->ctx, dst, in + o, n, c->dropout, k));
+        else TFB_CHECK(c->be->dropout_fwd(c->be->ctx, dst, t, in + o, n, c->dropout, k));
     }
     return TFB_OK;
 }
 
-/* Head-major views of attention: hm holds four (batch, A, s, d) blocks. q, k and v (part 0, 1, 2 of qkv's rows)
- * go to blocks 0..2; block 3 is the context (or its gradient). */
+/* Attention's head-major tensors: the saved Q, K and V (blocks 0..2 of a->qkv_hm, in the GEMM type) and two FP32
+ * scratch blocks of ctx->hm for GEMM results: o (the context, later dQ) and t (dV, later dK). */
 typedef struct {
-    float *q, *k, *v, *o; /* (batch, A, s, d) each */
+    float *o, *t;        /* (batch, A, s, d) each */
     int s, A, d, W;
-    size_t nw;            /* batch * s * W: elements of one block */
+    size_t nw;           /* batch * s * W: elements of one block */
 } heads_view;
 
 static heads_view heads_of(const bert_ctx *c) {
     int W = bert_ctx_local_width(c);
     heads_view h = {.s = c->seq, .A = c->heads, .d = W / c->heads, .W = W, .nw = (size_t)c->batch * c->seq * W};
-    h.q = c->hm, h.k = c->hm + h.nw, h.v = c->hm + 2 * h.nw, h.o = c->hm + 3 * h.nw;
+    h.o = c->hm, h.t = c->hm + h.nw;
     return h;
 }
 
-/* (N, W) token-major columns [col0, col0 + W) of rows ld apart -> (batch, A, s, d) head-major, and back. */
-static tfb_status to_heads(const bert_ctx *c, const heads_view *h, float *out, const float *in, int ld) {
-    return c->be->permute_0213(c->be->ctx, out, (size_t)h->s * h->d, in, (size_t)ld, c->batch, h->s, h->A, h->d);
+/* (N, W) token-major columns [col0, col0 + W) of rows ld apart -> (batch, A, s, d) head-major of type t, and
+ * back. */
+static tfb_status to_heads(const bert_ctx *c, const heads_view *h, void *out, tfb_dtype t, const float *in, int ld) {
+    return c->be->permute_0213(c->be->ctx, out, t, (size_t)h->s * h->d, in, (size_t)ld, c->batch, h->s, h->A, h->d);
 }
-static tfb_status from_heads(const bert_ctx *c, const heads_view *h, float *out, int ld, const float *in) {
-    return c->be->permute_0213(c->be->ctx, out, (size_t)ld, in, (size_t)h->s * h->d, c->batch, h->A, h->s, h->d);
+static tfb_status from_heads(const bert_ctx *c, const heads_view *h, void *out, tfb_dtype t, int ld, const float *in) {
+    return c->be->permute_0213(c->be->ctx, out, t, (size_t)ld, in, (size_t)h->s * h->d, c->batch, h->A, h->s, h->d);
 }
 
-/* q, k, v head-major from the saved qkv (N, 3W); their GEMM operands (cast into slot 0 in 16-bit runs) in *ops. */
-static tfb_status qkv_heads(const bert_ctx *c, const heads_view *h, const float *qkv, const void **ops) {
-    TFB_CHECK(to_heads(c, h, h->q, qkv, 3 * h->W));
-    TFB_CHECK(to_heads(c, h, h->k, qkv + h->W, 3 * h->W));
-    TFB_CHECK(to_heads(c, h, h->v, qkv + 2 * h->W, 3 * h->W));
-    return lp_act(c, 0, h->q, 3 * h->nw, ops);
+/* q, k, v head-major in the GEMM type from qkv (N, 3W), into qkv_hm: the attention GEMMs' operands. */
+static tfb_status qkv_heads(const bert_ctx *c, const heads_view *h, const float *qkv, void *qkv_hm) {
+    for (int i = 0; i < 3; i++)
+        TFB_CHECK(to_heads(c, h, (char *)qkv_hm + i * h->nw * tfb_dtype_size(c->gemm_type), c->gemm_type,
+                           qkv + i * h->W, 3 * h->W));
+    return TFB_OK;
 }
 
 /* One strided batched GEMM over all (sample, head) pairs: C_i = op(A_i) op(B_i), i < batch * A. */
@@ -167,28 +200,26 @@ static tfb_status heads_gemm(const bert_ctx *c, const heads_view *h, int ta, int
     return gemm(c, ta, tb, m, n, k, a, lda, sa, b, ldb, sb, 0.0f, out, ldc, sc, c->batch * h->A);
 }
 
-/* ctx (N, Hl) = Dropout(softmax(Q K^T * scale)) V for every sample and head; saves att and att_d. */
+/* ctx (N, Hl) = Dropout(softmax(Q K^T * scale)) V for every sample and head; saves qkv_hm, att, att_d and ctx. */
 static tfb_status attention_fwd(const bert_ctx *c, int layer, bert_layer_acts *a) {
     heads_view h = heads_of(c);
     int s = h.s, d = h.d;
     long long sd = (long long)s * d, ss = (long long)s * s;
-    size_t att_n = (size_t)c->batch * h.A * s * s;
-    const void *qkv, *att_d;
-    TFB_CHECK(qkv_heads(c, &h, a->qkv, &qkv));
+    const void *qkv = a->qkv_hm;
+    TFB_CHECK(qkv_heads(c, &h, a->qkv, a->qkv_hm));
     TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, qkv, d, sd, at(c, qkv, h.nw), d, sd, a->att, s, ss));
     TFB_CHECK(c->be->softmax_fwd(c->be->ctx, a->att, a->att, c->batch * h.A * s, s, 1.0f / sqrtf((float)d),
                                  c->key_len, h.A * s));
-    TFB_CHECK(attention_dropout(c, layer, a->att_d, a->att, 0));
-    TFB_CHECK(lp_act(c, 1, a->att_d, att_n, &att_d));
-    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, att_d, s, ss, at(c, qkv, 2 * h.nw), d, sd, h.o, d, sd));
-    return from_heads(c, &h, a->ctx, h.W, h.o);
+    TFB_CHECK(attention_dropout(c, layer, a->att_d, c->gemm_type, a->att, 0));
+    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, a->att_d, s, ss, at(c, qkv, 2 * h.nw), d, sd, h.o, d, sd));
+    return from_heads(c, &h, a->ctx, c->gemm_type, h.W, h.o);
 }
 
 /* out (N, H) = residual + Dropout(proj), then LayerNorm into y. proj is overwritten. */
 static tfb_status residual_ln_fwd(const bert_ctx *c, uint32_t site, float *proj, const float *residual, float *h,
                                   float *mean, float *rstd, float *y, const float *g, const float *beta) {
     size_t n = (size_t)c->batch * c->seq * c->hidden;
-    TFB_CHECK(c->be->dropout_fwd(c->be->ctx, proj, proj, n, c->dropout,
+    TFB_CHECK(c->be->dropout_fwd(c->be->ctx, proj, TFB_F32, proj, n, c->dropout,
                                  bert_dropout_key(c, site, c->sample0 * (size_t)c->seq * c->hidden)));
     TFB_CHECK(c->be->residual_add(c->be->ctx, h, residual, proj, n));
     return c->be->layernorm_fwd(c->be->ctx, y, mean, rstd, h, g, beta, c->batch * c->seq, c->hidden, 1e-12f);
@@ -197,43 +228,43 @@ static tfb_status residual_ln_fwd(const bert_ctx *c, uint32_t site, float *proj,
 tfb_status bert_layer_fwd(const bert_ctx *c, int layer, const bert_layer_w *w, const float *x, bert_layer_acts *a) {
     int N = c->batch * c->seq, H = c->hidden, F = c->ffn, W = bert_ctx_local_width(c);
     float *proj = a->y; /* y is written last: use it as the projection buffer first */
-    TFB_CHECK(bert_linear_fwd(c, a->qkv, x, w->qkv_w, w->qkv_b, N, H, 3 * W));
+    const void *xo, *x1o;
+    TFB_CHECK(keep_operand(c, a->x_lp, x, (size_t)N * H, &xo));
+    TFB_CHECK(linear_fwd_op(c, a->qkv, xo, w->qkv_w, w->qkv_b, N, H, 3 * W));
     TFB_CHECK(attention_fwd(c, layer, a));
     TFB_CHECK(bert_row_parallel_fwd(c, proj, a->ctx, w->ao_w, w->ao_b, N, W, H));
     TFB_CHECK(residual_ln_fwd(c, site_of(layer, SITE_ATTN_OUT), proj, x, a->h1, a->ln1_mean, a->ln1_rstd, a->x1,
                               w->ln1_g, w->ln1_b));
-    TFB_CHECK(bert_linear_fwd(c, a->u, a->x1, w->ff1_w, NULL, N, H, F));
-    TFB_CHECK(c->be->bias_act_fwd(c->be->ctx, TFB_ACT_GELU, a->g, a->u, w->ff1_b, N, F));
+    TFB_CHECK(keep_operand(c, a->x1_lp, a->x1, (size_t)N * H, &x1o));
+    TFB_CHECK(linear_fwd_op(c, a->u, x1o, w->ff1_w, NULL, N, H, F));
+    TFB_CHECK(c->be->bias_act_fwd(c->be->ctx, TFB_ACT_GELU, a->g, c->gemm_type, a->u, w->ff1_b, N, F));
     TFB_CHECK(bert_row_parallel_fwd(c, proj, a->g, w->ff2_w, w->ff2_b, N, F, H));
     TFB_CHECK(residual_ln_fwd(c, site_of(layer, SITE_FFN_OUT), proj, a->x1, a->h2, a->ln2_mean, a->ln2_rstd, proj,
                               w->ln2_g, w->ln2_b));
     return TFB_OK;
 }
 
-/* From dctx (N, Hl) to dqkv (N, 3Hl), through the saved qkv, att and att_d. Head-major blocks are reused as they
- * fall free: dV goes where V was, dQ where dctx was, dK where dV was (after dV is written out). */
+/* From dctx (N, Hl) to dqkv (N, 3Hl), through the saved qkv_hm, att and att_d. The context gradient goes
+ * head-major in the GEMM type (into slot 1, or scratch o in FP32 runs), the softmax backward writes its result in
+ * the GEMM type (slot 2, or in place in FP32); dV goes to scratch t, dQ to o, dK to t once dV is written out. */
 static tfb_status attention_bwd(const bert_ctx *c, int layer, const bert_layer_acts *a, const float *dctx,
                                 const bert_layer_scratch *sc) {
     heads_view h = heads_of(c);
-    int s = h.s, d = h.d, W3 = 3 * h.W;
+    int s = h.s, d = h.d, W3 = 3 * h.W, f32 = c->gemm_type == TFB_F32;
     long long sd = (long long)s * d, ss = (long long)s * s;
-    size_t att_n = (size_t)c->batch * h.A * s * s;
-    const void *qkv, *dc, *att_d, *datt;
-    TFB_CHECK(qkv_heads(c, &h, a->qkv, &qkv));
-    TFB_CHECK(to_heads(c, &h, h.o, dctx, h.W));
-    TFB_CHECK(lp_act(c, 1, h.o, h.nw, &dc));
-    TFB_CHECK(lp_act(c, 2, a->att_d, att_n, &att_d));
+    const void *qkv = a->qkv_hm;
+    void *dc = f32 ? (void *)h.o : c->lp[1], *datt = f32 ? (void *)sc->datt : c->lp[2];
+    TFB_CHECK(to_heads(c, &h, dc, c->gemm_type, dctx, h.W));
     TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, dc, d, sd, at(c, qkv, 2 * h.nw), d, sd, sc->datt, s, ss));
-    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, att_d, s, ss, dc, d, sd, h.v, d, sd)); /* dV */
-    TFB_CHECK(from_heads(c, &h, sc->dqkv + 2 * h.W, W3, h.v));
-    TFB_CHECK(attention_dropout(c, layer, sc->datt, sc->datt, 1));
-    TFB_CHECK(c->be->softmax_bwd(c->be->ctx, sc->datt, sc->datt, a->att, c->batch * h.A * s, s,
+    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, a->att_d, s, ss, dc, d, sd, h.t, d, sd)); /* dV */
+    TFB_CHECK(from_heads(c, &h, sc->dqkv + 2 * h.W, TFB_F32, W3, h.t));
+    TFB_CHECK(attention_dropout(c, layer, sc->datt, TFB_F32, sc->datt, 1));
+    TFB_CHECK(c->be->softmax_bwd(c->be->ctx, datt, c->gemm_type, sc->datt, a->att, c->batch * h.A * s, s,
                                  1.0f / sqrtf((float)d)));
-    TFB_CHECK(lp_act(c, 2, sc->datt, att_n, &datt));
     TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, datt, s, ss, at(c, qkv, h.nw), d, sd, h.o, d, sd)); /* dQ */
-    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, datt, s, ss, qkv, d, sd, h.v, d, sd));             /* dK */
-    TFB_CHECK(from_heads(c, &h, sc->dqkv, W3, h.o));
-    return from_heads(c, &h, sc->dqkv + h.W, W3, h.v);
+    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, datt, s, ss, qkv, d, sd, h.t, d, sd));             /* dK */
+    TFB_CHECK(from_heads(c, &h, sc->dqkv, TFB_F32, W3, h.o));
+    return from_heads(c, &h, sc->dqkv + h.W, TFB_F32, W3, h.t);
 }
 
 tfb_status bert_layer_bwd(const bert_ctx *c, int layer, const bert_layer_w *w, const bert_layer_w *dw,
@@ -246,16 +277,18 @@ tfb_status bert_layer_bwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
                                 w->ln2_g, N, H));
     TFB_CHECK(be->dropout_bwd(be->ctx, s->t2, s->t1, nh, c->dropout,
                               bert_dropout_key(c, site_of(layer, SITE_FFN_OUT), elem0)));
-    TFB_CHECK(bert_linear_bwd(c, s->dff, dw->ff2_w, dw->ff2_b, s->t2, a->g, w->ff2_w, N, F, H));
+    TFB_CHECK(linear_bwd_op(c, s->dff, dw->ff2_w, dw->ff2_b, s->t2, a->g, w->ff2_w, N, F, H));
     TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, s->dff, dw->ff1_b, s->dff, a->u, N, F));
-    TFB_CHECK(bert_col_parallel_bwd(c, s->t2, dw->ff1_w, NULL, s->dff, a->x1, w->ff1_w, N, H, F));
+    TFB_CHECK(col_parallel_bwd_op(c, s->t2, dw->ff1_w, NULL, s->dff, kept_operand(a->x1_lp, a->x1), w->ff1_w, N, H,
+                                  F));
     TFB_CHECK(be->residual_add(be->ctx, s->t1, s->t1, s->t2, nh)); /* t1 <- dx1 */
     TFB_CHECK(be->layernorm_bwd(be->ctx, s->t2, dw->ln1_g, dw->ln1_b, s->t1, a->h1, a->ln1_mean, a->ln1_rstd,
                                 w->ln1_g, N, H)); /* t2 <- dh1 */
     TFB_CHECK(be->dropout_bwd(be->ctx, s->t1, s->t2, nh, c->dropout,
                               bert_dropout_key(c, site_of(layer, SITE_ATTN_OUT), elem0)));
-    TFB_CHECK(bert_linear_bwd(c, grad, dw->ao_w, dw->ao_b, s->t1, a->ctx, w->ao_w, N, W, H)); /* grad <- dctx */
+    TFB_CHECK(linear_bwd_op(c, grad, dw->ao_w, dw->ao_b, s->t1, a->ctx, w->ao_w, N, W, H)); /* grad <- dctx */
     TFB_CHECK(attention_bwd(c, layer, a, grad, s));
-    TFB_CHECK(bert_col_parallel_bwd(c, s->t1, dw->qkv_w, dw->qkv_b, s->dqkv, x, w->qkv_w, N, H, 3 * W));
+    TFB_CHECK(col_parallel_bwd_op(c, s->t1, dw->qkv_w, dw->qkv_b, s->dqkv, kept_operand(a->x_lp, x), w->qkv_w, N, H,
+                                  3 * W));
     return be->residual_add(be->ctx, grad, s->t1, s->t2, nh);
 }

@@ -4,8 +4,11 @@
  *   qkv = x Wqkv^T + b;  ctx = Dropout(softmax(Q K^T / sqrt(d) + mask)) V  (per head);
  *   h1 = x + Dropout(ctx Wo^T + bo);  x1 = LN1(h1);
  *   h2 = x1 + Dropout(GELU(x1 W1^T + b1) W2^T + b2);  y = LN2(h2).
- * Mixed precision: every GEMM operand is cast to ctx->gemm_type (weights from the 16-bit copy kept in step with the
- * FP32 masters, activations into scratch slots); everything else is FP32. This file allocates nothing.
+ * Mixed precision: every GEMM operand is in ctx->gemm_type (weights from the 16-bit copy kept in step with the FP32
+ * masters). Activations that only GEMMs read (head-major Q, K, V, the dropped-out attention probabilities, the
+ * context, the GELU output) are saved in that type only, written so by the ops that make them; the layer input and
+ * x1, which LayerNorm's residuals also read, are saved in FP32 and as a 16-bit cast. Incoming gradients are cast
+ * into scratch slots. Everything else is FP32. This file allocates nothing.
  *
  * Tensor parallelism (Megatron-LM): a rank holds whole heads of Wqkv and rows of W1 (column-parallel) and the
  * matching columns of Wo and W2 (row-parallel); the outputs of Wo and W2 are summed over the tensor group before
@@ -37,8 +40,9 @@ typedef struct {
     int step;
     uint64_t sample0;        /* global index of local sample 0: dropout counters are global */
     const int *key_len;      /* (batch) valid keys per sample, or NULL for none masked */
-    float *hm;               /* (4, batch, heads, seq, head_dim) head-major Q, K, V and context (or gradients) */
-    void *lp[3];             /* (lp_elems) 16-bit scratch for activation operands; unused in FP32 */
+    float *hm;               /* (2, batch, heads, seq, head_dim) head-major FP32 GEMM results: the context (later
+                              * dQ) and dV (later dK) */
+    void *lp[3];             /* (lp_elems) 16-bit scratch for gradient operands; unused in FP32 */
     size_t lp_elems;
     const float *master_base;/* FP32 parameter pool; weight w's 16-bit copy is lp_weights + (w - master_base) */
     const uint16_t *lp_weights;
@@ -60,18 +64,21 @@ typedef struct {
     float *ln2_b;   /* (H) */
 } bert_layer_w;
 
-/* What forward saves for backward. N = batch * seq tokens, A = heads, s = seq. */
+/* What forward saves for backward. N = batch * seq tokens, A = heads, s = seq. "GEMM type": ctx->gemm_type. */
 typedef struct {
+    void *x_lp;      /* (N, H) the layer input in the GEMM type; NULL in FP32 runs (the input itself) */
     float *qkv;      /* (N, 3Hl) */
-    float *att;      /* (batch, A, s, s) softmax output, A: this rank's heads */
-    float *att_d;    /* (batch, A, s, s) after attention dropout */
-    float *ctx;      /* (N, Hl) attention context, heads concatenated */
+    void *qkv_hm;    /* (3, batch, A, s, d) head-major Q, K, V in the GEMM type, A: this rank's heads */
+    float *att;      /* (batch, A, s, s) softmax output */
+    void *att_d;     /* (batch, A, s, s) after attention dropout, in the GEMM type */
+    void *ctx;       /* (N, Hl) attention context, heads concatenated, in the GEMM type */
     float *h1;       /* (N, H) LN1 input */
     float *ln1_mean; /* (N) */
     float *ln1_rstd; /* (N) */
     float *x1;       /* (N, H) LN1 output */
+    void *x1_lp;     /* (N, H) x1 in the GEMM type; NULL in FP32 runs */
     float *u;        /* (N, Fl) FFN up-projection before GELU */
-    float *g;        /* (N, Fl) GELU output */
+    void *g;         /* (N, Fl) GELU output, in the GEMM type */
     float *h2;       /* (N, H) LN2 input */
     float *ln2_mean; /* (N) */
     float *ln2_rstd; /* (N) */
@@ -90,8 +97,9 @@ typedef struct {
 size_t bert_layer_lp_elems(int batch, int seq, int hidden, int heads, int ffn);
 /* Width of this rank's heads (Hl). */
 int bert_ctx_local_width(const bert_ctx *c);
-/* out (n, out_f) = sum over the tensor group of in (n, in_f) W^T, then + b: a row-parallel linear layer. */
-tfb_status bert_row_parallel_fwd(const bert_ctx *c, float *out, const float *in, const float *w, const float *b,
+/* out (n, out_f) = sum over the tensor group of x (n, in_f) W^T, then + b: a row-parallel linear layer; x is the
+ * input already in the GEMM type. */
+tfb_status bert_row_parallel_fwd(const bert_ctx *c, float *out, const void *x, const float *w, const float *b,
                                  int n, int in_f, int out_f);
 /* Backward of a column-parallel linear layer: din (n, in_f) summed over the group (started before the weight
  * gradient, completed after it); dW and db accumulate this rank's rows. */

@@ -140,17 +140,18 @@ struct tfb_backend {
      * are masked out (probability 0). */
     tfb_status (*softmax_fwd)(void *ctx, float *out, const float *in, int rows, int cols, float scale,
                               const int *key_len, int rows_per_key);
-    /* din = scale * out * (dout - sum_j dout_j out_j); din may alias dout */
-    tfb_status (*softmax_bwd)(void *ctx, float *din, const float *dout, const float *out, int rows, int cols,
-                              float scale);
+    /* din of din_type = scale * out * (dout - sum_j dout_j out_j); an FP32 din may alias dout */
+    tfb_status (*softmax_bwd)(void *ctx, void *din, tfb_dtype din_type, const float *dout, const float *out, int rows,
+                              int cols, float scale);
 
     /* out (n) = act(in) */
     tfb_status (*act_fwd)(void *ctx, tfb_act act, float *out, const float *in, size_t n);
     /* din (n) = dout * act'(in); din may alias dout */
     tfb_status (*act_bwd)(void *ctx, tfb_act act, float *din, const float *dout, const float *in, size_t n);
 
-    /* pre (n, h) += bias (h), then out (n, h) = act(pre): one pass (pre is kept for the backward) */
-    tfb_status (*bias_act_fwd)(void *ctx, tfb_act act, float *out, float *pre, const float *bias, int n, int h);
+    /* pre (n, h) += bias (h), then out (n, h) of out_type = act(pre): one pass (pre is kept for the backward) */
+    tfb_status (*bias_act_fwd)(void *ctx, tfb_act act, void *out, tfb_dtype out_type, float *pre, const float *bias,
+                               int n, int h);
     /* din (n, h) = dout * act'(pre) and dbias (h) += column sums of din, in one pass; din may alias dout */
     tfb_status (*act_bias_bwd)(void *ctx, tfb_act act, float *din, float *dbias, const float *dout, const float *pre,
                                int n, int h);
@@ -161,8 +162,9 @@ struct tfb_backend {
     /* out (n) = a + b */
     tfb_status (*residual_add)(void *ctx, float *out, const float *a, const float *b, size_t n);
 
-    /* out (n) = in * keep / (1 - p), keep drawn from the key; p == 0 copies */
-    tfb_status (*dropout_fwd)(void *ctx, float *out, const float *in, size_t n, float p, tfb_dropout_key key);
+    /* out (n) of out_type = in * keep / (1 - p), keep drawn from the key; p == 0 copies (converts) */
+    tfb_status (*dropout_fwd)(void *ctx, void *out, tfb_dtype out_type, const float *in, size_t n, float p,
+                              tfb_dropout_key key);
     /* din (n) = dout * keep / (1 - p) with the same mask */
     tfb_status (*dropout_bwd)(void *ctx, float *din, const float *dout, size_t n, float p, tfb_dropout_key key);
 
@@ -272,9 +274,10 @@ struct tfb_backend {
                           size_t cols);
     /* out (n0, n2, n1, n3) = in (n0, n1, n2, n3), the middle two dimensions swapped (attention's tokens x heads <->
      * heads x tokens). in's rows (i0, i1) of n2 * n3 elements lie in_ld apart, out's rows (i0, i2) of n1 * n3
-     * elements out_ld apart: in[(i0 n1 + i1) in_ld + i2 n3 + i3] goes to out[(i0 n2 + i2) out_ld + i1 n3 + i3]. */
-    tfb_status (*permute_0213)(void *ctx, float *out, size_t out_ld, const float *in, size_t in_ld, int n0, int n1,
-                               int n2, int n3);
+     * elements out_ld apart: in[(i0 n1 + i1) in_ld + i2 n3 + i3] goes to out[(i0 n2 + i2) out_ld + i1 n3 + i3].
+     * out is of out_type (a 16-bit one rounds: attention's GEMM operands are written in their type directly). */
+    tfb_status (*permute_0213)(void *ctx, void *out, tfb_dtype out_type, size_t out_ld, const float *in, size_t in_ld,
+                               int n0, int n1, int n2, int n3);
 
     /* dst (n) = src (n) converted between FP32, FP16 and BF16 */
     tfb_status (*cast)(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type, size_t n);

@@ -253,7 +253,7 @@ static void check_softmax(void) {
     pair dx = poisoned(n);
     BOTH(be->softmax_fwd(be->ctx, F(y), F(x), rows, cols, 0.125f, I(klen), rows / 8));
     verdict("softmax_fwd masked", "fp32", TOL_FP32, &y, 1);
-    BOTH(be->softmax_bwd(be->ctx, F(dx), F(dy), F(y), rows, cols, 0.125f));
+    BOTH(be->softmax_bwd(be->ctx, F(dx), TFB_F32, F(dy), F(y), rows, cols, 0.125f));
     verdict("softmax_bwd", "fp32", TOL_FP32, &dx, 1);
     BOTH(be->softmax_fwd(be->ctx, F(y), F(x), rows, cols, 1.0f, NULL, 1));
     verdict("softmax_fwd", "fp32", TOL_FP32, &y, 1);
@@ -313,7 +313,7 @@ static void check_bias(void) {
     BOTH(be->bias_grad(be->ctx, F(db), F(x), n, h));
     verdict("bias_grad", "fp32", TOL_FP32, &db, 1);
     pair pre = rand_f32((size_t)n * h, -3, 3), y = poisoned((size_t)n * h), dy = rand_f32((size_t)n * h, -1, 1);
-    BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, F(y), F(pre), F(bias), n, h));
+    BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, F(y), TFB_F32, F(pre), F(bias), n, h));
     pair fwd[2] = {y, pre};
     verdict("bias_act_fwd gelu", "fp32", TOL_FP32, fwd, 2);
     BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, F(dy), F(db), F(dy), F(pre), n, h));
@@ -326,7 +326,7 @@ static void check_dropout(void) {
     size_t n = 50001;
     pair x = rand_f32(n, -1, 1), y = poisoned(n), dx = poisoned(n);
     tfb_dropout_key key = {.seed = 1234, .site = 17, .step = 3, .offset = 4097};
-    BOTH(be->dropout_fwd(be->ctx, F(y), F(x), n, 0.1f, key));
+    BOTH(be->dropout_fwd(be->ctx, F(y), TFB_F32, F(x), n, 0.1f, key));
     verdict("dropout_fwd (same mask)", "fp32", TOL_FP32, &y, 1);
     BOTH(be->dropout_bwd(be->ctx, F(dx), F(x), n, 0.1f, key));
     verdict("dropout_bwd", "fp32", TOL_FP32, &dx, 1);
@@ -375,13 +375,43 @@ static void check_normal_fill(void) {
 static void check_permute(void) {
     enum { D = 100, ROW = 9 * D };
     pair in = rand_f32(2 * 5 * ROW, -1, 1), hm = poisoned(2 * 3 * 5 * D), back = rand_f32(2 * 5 * ROW, -1, 1);
-    BOTH(be->permute_0213(be->ctx, F(hm), 5 * D, F(in) + 3 * D, ROW, 2, 5, 3, D));
+    BOTH(be->permute_0213(be->ctx, F(hm), TFB_F32, 5 * D, F(in) + 3 * D, ROW, 2, 5, 3, D));
     verdict("permute_0213 (tokens->heads)", "fp32", TOL_FP32, &hm, 1);
-    BOTH(be->permute_0213(be->ctx, F(back) + 3 * D, ROW, F(hm), 5 * D, 2, 3, 5, D));
+    BOTH(be->permute_0213(be->ctx, F(back) + 3 * D, TFB_F32, ROW, F(hm), 5 * D, 2, 3, 5, D));
     verdict("permute_0213 (heads->tokens)", "fp32", TOL_FP32, &back, 1);
     release(&in);
     release(&hm);
     release(&back);
+}
+
+/* Ops that write a BERT layer's GEMM operands straight in 16 bits (type t), against the CPU's. */
+static void check_typed_outputs(tfb_dtype t) {
+    int rows = 96, cols = 128, n = 517, h = 600;
+    size_t e = (size_t)rows * cols, nh = (size_t)n * h;
+    char name[48];
+    const char *p = prec_name(t, 0);
+#define TYPED_ROW(op) (snprintf(name, sizeof name, "%s out16", op), name)
+    pair x = rand_f32(e, -4, 4), y = poisoned(e), dy = rand_f32(e, -1, 1), o16 = poisoned16(nh), ow = poisoned(nh);
+    pair pre = rand_f32(nh, -3, 3), bias = rand_f32((size_t)h, -1, 1);
+    tfb_dropout_key key = {.seed = 99, .site = 9, .step = 1, .offset = 13};
+    BOTH(be->softmax_fwd(be->ctx, F(y), F(x), rows, cols, 0.125f, NULL, 1));
+    BOTH(be->softmax_bwd(be->ctx, V(o16), t, F(dy), F(y), rows, cols, 0.125f));
+    BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, e));
+    pair ow_e = ow;
+    ow_e.n = e;
+    verdict(TYPED_ROW("softmax_bwd"), p, TOL_16, &ow_e, 1);
+    BOTH(be->dropout_fwd(be->ctx, V(o16), t, F(x), e, 0.1f, key));
+    BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, e));
+    verdict(TYPED_ROW("dropout_fwd"), p, TOL_16, &ow_e, 1);
+    BOTH(be->permute_0213(be->ctx, V(o16), t, 4 * 32, F(x), 128, 24, 4, 4, 32));
+    BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, e));
+    verdict(TYPED_ROW("permute_0213"), p, TOL_16, &ow_e, 1);
+    BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, V(o16), t, F(pre), F(bias), n, h));
+    BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, nh));
+    pair fwd[2] = {ow, pre};
+    verdict(TYPED_ROW("bias_act_fwd gelu"), p, TOL_16, fwd, 2);
+#undef TYPED_ROW
+    release(&x); release(&y); release(&dy); release(&o16); release(&ow); release(&pre); release(&bias);
 }
 
 static void check_copy_2d(void) {
@@ -645,6 +675,8 @@ static void gc_run_all(void) {
     check_xent_shard();
     check_copy_2d();
     check_permute();
+    check_typed_outputs(TFB_F16);
+    check_typed_outputs(TFB_BF16);
     check_normal_fill();
     check_optimizers();
     check_cast(TFB_F16);

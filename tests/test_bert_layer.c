@@ -46,18 +46,19 @@ static float *zeros(size_t n) { return calloc(n, sizeof(float)); }
 static tfb_backend *inner;
 static int calls;
 static tfb_status count_gemm(void *ctx, const tfb_gemm_desc *d) { calls++; return inner->gemm(ctx, d); }
-static tfb_status count_dropout_fwd(void *ctx, float *o, const float *i, size_t n, float p, tfb_dropout_key k) {
+static tfb_status count_dropout_fwd(void *ctx, void *o, tfb_dtype t, const float *i, size_t n, float p,
+                                    tfb_dropout_key k) {
     calls++;
-    return inner->dropout_fwd(ctx, o, i, n, p, k);
+    return inner->dropout_fwd(ctx, o, t, i, n, p, k);
 }
 static tfb_status count_dropout_bwd(void *ctx, float *o, const float *i, size_t n, float p, tfb_dropout_key k) {
     calls++;
     return inner->dropout_bwd(ctx, o, i, n, p, k);
 }
-static tfb_status count_permute(void *ctx, float *o, size_t ol, const float *i, size_t il, int a, int b, int c,
-                                int d) {
+static tfb_status count_permute(void *ctx, void *o, tfb_dtype t, size_t ol, const float *i, size_t il, int a, int b,
+                                int c, int d) {
     calls++;
-    return inner->permute_0213(ctx, o, ol, i, il, a, b, c, d);
+    return inner->permute_0213(ctx, o, t, ol, i, il, a, b, c, d);
 }
 
 /* GEMM, dropout and permutation calls of one forward and backward at `batch` samples (c->be replaced meanwhile). */
@@ -97,9 +98,11 @@ static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
                   .key_len = key_len, .lp_elems = lpn, .master_base = master, .lp_weights = lp};
     for (int i = 0; i < 3; i++) c.lp[i] = calloc(lpn, 2);
     c.hm = zeros(4 * N * H);
-    bert_layer_acts a = {zeros(N * 3 * H), zeros(B * A * S * S), zeros(B * A * S * S), zeros(N * H), zeros(N * H),
-                         zeros(N), zeros(N), zeros(N * H), zeros(N * F), zeros(N * F), zeros(N * H), zeros(N),
-                         zeros(N), zeros(N * H)};
+    bert_layer_acts a = {.qkv = zeros(N * 3 * H), .qkv_hm = zeros(N * 3 * H), .att = zeros(B * A * S * S),
+                         .att_d = zeros(B * A * S * S), .ctx = zeros(N * H), .h1 = zeros(N * H), .ln1_mean = zeros(N),
+                         .ln1_rstd = zeros(N), .x1 = zeros(N * H), .u = zeros(N * F), .g = zeros(N * F),
+                         .h2 = zeros(N * H), .ln2_mean = zeros(N), .ln2_rstd = zeros(N), .y = zeros(N * H)};
+    if (t != TFB_F32) a.x_lp = zeros(N * H), a.x1_lp = zeros(N * H); /* the kept 16-bit casts */
     bert_layer_scratch s = {zeros(N * H), zeros(N * H), zeros(N * 3 * H), zeros(B * A * S * S), zeros(N * F)};
     float *x = load("x", N * H), *grad = load("dy", N * H), *y = load("y", N * H), *dx = load("dx", N * H);
     char name[96];

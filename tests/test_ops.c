@@ -63,7 +63,7 @@ static void test_softmax(void) {
         if (fabs(s - 1) > 1e-5) masked_zero = 0;
     }
     EXPECT("softmax_rows_sum_to_one_and_mask_zeroes", masked_zero, "row sums or masked columns wrong");
-    be->softmax_bwd(be->ctx, dx, c.r, c.y, c.rows, c.cols, c.scale);
+    be->softmax_bwd(be->ctx, dx, TFB_F32, c.r, c.y, c.rows, c.cols, c.scale);
     double e = fd_error(c.x, n, dx, sm_loss, &c);
     EXPECT("softmax_bwd_vs_fd", e < FD_TOL, "rel err %g", e);
 }
@@ -148,7 +148,7 @@ static void test_dropout(void) {
     float *x = malloc(n * 4), *y = malloc(n * 4), *y2 = malloc(n * 4), *d = malloc(n * 4);
     for (size_t i = 0; i < n; i++) x[i] = 1.0f;
     tfb_dropout_key k = {.seed = 7, .site = 3, .step = 5, .offset = 0};
-    be->dropout_fwd(be->ctx, y, x, n, 0.1f, k);
+    be->dropout_fwd(be->ctx, y, TFB_F32, x, n, 0.1f, k);
     size_t kept = 0;
     int scale_ok = 1;
     for (size_t i = 0; i < n; i++) {
@@ -159,13 +159,13 @@ static void test_dropout(void) {
     EXPECT("dropout_rate_and_scale", fabs(rate - 0.1) < 0.005 && scale_ok, "rate %g scale_ok %d", rate, scale_ok);
     tfb_dropout_key k1 = k, k2 = k;
     k2.offset = 40001; /* split at an offset that is not a multiple of 4 */
-    be->dropout_fwd(be->ctx, y2, x, 40001, 0.1f, k1);
-    be->dropout_fwd(be->ctx, y2 + 40001, x, n - 40001, 0.1f, k2);
+    be->dropout_fwd(be->ctx, y2, TFB_F32, x, 40001, 0.1f, k1);
+    be->dropout_fwd(be->ctx, y2 + 40001, TFB_F32, x, n - 40001, 0.1f, k2);
     EXPECT("dropout_mask_independent_of_split", memcmp(y, y2, n * 4) == 0, "masks differ");
     be->dropout_bwd(be->ctx, d, x, n, 0.1f, k);
     EXPECT("dropout_bwd_uses_forward_mask", memcmp(y, d, n * 4) == 0, "masks differ");
     k.step = 6;
-    be->dropout_fwd(be->ctx, y2, x, n, 0.1f, k);
+    be->dropout_fwd(be->ctx, y2, TFB_F32, x, n, 0.1f, k);
     EXPECT("dropout_mask_changes_with_step", memcmp(y, y2, n * 4) != 0, "same mask");
 }
 
@@ -181,7 +181,7 @@ static void test_fused_bias_act(void) {
         memcpy(pre1, x, nh * 4); memcpy(pre2, x, nh * 4); memcpy(db1, db0, h * 4); memcpy(db2, db0, h * 4);
         be->bias_add(be->ctx, pre1, bias, n, h);
         be->act_fwd(be->ctx, (tfb_act)a, y1, pre1, nh);
-        be->bias_act_fwd(be->ctx, (tfb_act)a, y2, pre2, bias, n, h);
+        be->bias_act_fwd(be->ctx, (tfb_act)a, y2, TFB_F32, pre2, bias, n, h);
         same_fwd &= memcmp(y1, y2, nh * 4) == 0 && memcmp(pre1, pre2, nh * 4) == 0;
         be->act_bwd(be->ctx, (tfb_act)a, d1, dout, pre1, nh);
         be->bias_grad(be->ctx, db1, d1, n, h);
@@ -351,7 +351,7 @@ static void test_permute(void) {
     float in[N0 * N1 * LD], out[N0 * N2 * N1 * N3], back[N0 * N1 * LD];
     for (int i = 0; i < N0 * N1 * LD; i++) in[i] = (float)i + 0.5f, back[i] = -1.0f;
     const float *src = in + N2 * N3; /* the middle third of each row, as K inside a QKV row */
-    be->permute_0213(be->ctx, out, N1 * N3, src, LD, N0, N1, N2, N3);
+    be->permute_0213(be->ctx, out, TFB_F32, N1 * N3, src, LD, N0, N1, N2, N3);
     int bad = 0;
     for (int i0 = 0; i0 < N0; i0++)
         for (int i1 = 0; i1 < N1; i1++)
@@ -359,12 +359,42 @@ static void test_permute(void) {
                 for (int i3 = 0; i3 < N3; i3++)
                     bad += out[((i0 * N2 + i2) * N1 + i1) * N3 + i3] != src[(i0 * N1 + i1) * LD + i2 * N3 + i3];
     EXPECT("permute_0213_matches_loops", bad == 0, "%d wrong", bad);
-    be->permute_0213(be->ctx, back + N2 * N3, LD, out, N1 * N3, N0, N2, N1, N3);
+    be->permute_0213(be->ctx, back + N2 * N3, TFB_F32, LD, out, N1 * N3, N0, N2, N1, N3);
     for (int i = 0; i < N0 * N1 * LD; i++) {
         int inside = i % LD >= N2 * N3 && i % LD < 2 * N2 * N3;
         bad += inside ? back[i] != in[i] : back[i] != -1.0f;
     }
     EXPECT("permute_0213_inverse_restores_only_its_columns", bad == 0, "%d wrong", bad);
+}
+
+/* ---- ops writing a 16-bit output (attention's GEMM operands): the FP32 output rounded, bit for bit ---- */
+static void typed_out_test(tfb_dtype t, const char *name) {
+    enum { R = 6, C = 40, E = R * C };
+    float *x = rand_vec(E), *dy = rand_vec(E), *pre = rand_vec(E), *pre2 = malloc(E * 4), *bias = rand_vec(C);
+    float *y = malloc(E * 4), *att = malloc(E * 4);
+    uint16_t *h = malloc(E * 2), *r = malloc(E * 2);
+    int same = 1;
+    tfb_dropout_key k = {.seed = 7, .site = 3, .step = 2, .offset = 5};
+    be->softmax_fwd(be->ctx, att, x, R, C, 0.5f, NULL, 1);
+    for (int op = 0; op < 5; op++) {
+        tfb_dtype ts[2] = {TFB_F32, t};
+        memset(y, 0, E * 4); /* the permute writes half of them */
+        memset(h, 0, E * 2);
+        for (int i = 0; i < 2; i++) {
+            void *out = i ? (void *)h : (void *)y;
+            memcpy(pre2, pre, E * 4);
+            if (op == 0) be->softmax_bwd(be->ctx, out, ts[i], dy, att, R, C, 0.5f);
+            if (op == 1) be->bias_act_fwd(be->ctx, TFB_ACT_GELU, out, ts[i], pre2, bias, R, C);
+            if (op == 2) be->dropout_fwd(be->ctx, out, ts[i], x, E, 0.25f, k);
+            if (op == 3) be->dropout_fwd(be->ctx, out, ts[i], x, E, 0.0f, k);
+            if (op == 4) be->permute_0213(be->ctx, out, ts[i], 2 * 5, x, C, R / 2, 2, 4, 5);
+        }
+        be->cast(be->ctx, r, t, y, TFB_F32, E);
+        same &= !memcmp(h, r, E * 2);
+        if (!same) { printf("  op %d differs\n", op); break; }
+    }
+    EXPECT(name, same, "a 16-bit output is not the FP32 one rounded");
+    free(x); free(dy); free(pre); free(pre2); free(bias); free(y); free(att); free(h); free(r);
 }
 
 /* ---- timing marks: the CPU backend's are the host clock, in order, and an index past the reserve is an error ---- */
@@ -414,6 +444,8 @@ int main(void) {
     test_philox();
     test_marks();
     test_permute();
+    typed_out_test(TFB_F16, "fp16_outputs_of_softmax_bwd_gelu_dropout_permute_are_fp32_rounded");
+    typed_out_test(TFB_BF16, "bf16_outputs_of_softmax_bwd_gelu_dropout_permute_are_fp32_rounded");
     test_normal_fill();
     be->destroy(be);
     return test_failures ? 1 : 0;

@@ -123,16 +123,16 @@ static tfb_status cpu_softmax_fwd(void *ctx, float *out, const float *in, int ro
     return TFB_OK;
 }
 
-static tfb_status cpu_softmax_bwd(void *ctx, float *din, const float *dout, const float *out, int rows, int cols,
-                                  float scale) {
+static tfb_status cpu_softmax_bwd(void *ctx, void *din, tfb_dtype din_type, const float *dout, const float *out,
+                                  int rows, int cols, float scale) {
     (void)ctx;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
-        const float *dy = dout + (size_t)r * cols, *y = out + (size_t)r * cols;
-        float *dx = din + (size_t)r * cols;
+        size_t r0 = (size_t)r * cols;
+        const float *dy = dout + r0, *y = out + r0;
         float dot = 0.0f;
         for (int j = 0; j < cols; j++) dot += dy[j] * y[j];
-        for (int j = 0; j < cols; j++) dx[j] = scale * y[j] * (dy[j] - dot);
+        for (int j = 0; j < cols; j++) tfb_cpu_store(din, din_type, r0 + j, scale * y[j] * (dy[j] - dot));
     }
     return TFB_OK;
 }
@@ -172,14 +172,15 @@ static tfb_status cpu_bias_grad(void *ctx, float *dbias, const float *dout, int 
     return TFB_OK;
 }
 
-static tfb_status cpu_bias_act_fwd(void *ctx, tfb_act act, float *out, float *pre, const float *bias, int n, int h) {
+static tfb_status cpu_bias_act_fwd(void *ctx, tfb_act act, void *out, tfb_dtype out_type, float *pre,
+                                   const float *bias, int n, int h) {
     (void)ctx;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++)
         for (int j = 0; j < h; j++) {
             size_t e = (size_t)i * h + j;
             pre[e] += bias[j];
-            out[e] = tfb_act_value((int)act, pre[e]);
+            tfb_cpu_store(out, out_type, e, tfb_act_value((int)act, pre[e]));
         }
     return TFB_OK;
 }
@@ -210,24 +211,33 @@ static tfb_status cpu_residual_add(void *ctx, float *out, const float *a, const 
     return TFB_OK;
 }
 
-/* One thread per group of four global indices (kernels/dropout.h). */
-static void dropout_apply(float *out, const float *in, size_t n, float p, tfb_dropout_key key) {
+/* One thread per group of four global indices (kernels/dropout.h); in place is fine for an FP32 out. */
+static void dropout_apply(void *out, tfb_dtype t, const float *in, size_t n, float p, tfb_dropout_key key) {
     uint64_t g0, g1;
     tfb_dropout_groups(key, n, &g0, &g1);
 #pragma omp parallel for schedule(static)
-    for (uint64_t g = g0; g < g1; g++) tfb_dropout_group(out, in, n, p, key, g);
+    for (uint64_t g = g0; g < g1; g++) {
+        float f[4];
+        tfb_dropout_factors(key, p, g, f);
+        for (int q = 0; q < 4; q++) {
+            long long e = tfb_dropout_elem(key, n, g, q);
+            if (e >= 0) tfb_cpu_store(out, t, (size_t)e, f[q] > 0.0f ? in[e] * f[q] : 0.0f);
+        }
+    }
 }
 
-static tfb_status cpu_dropout_fwd(void *ctx, float *out, const float *in, size_t n, float p, tfb_dropout_key key) {
+static tfb_status cpu_dropout_fwd(void *ctx, void *out, tfb_dtype out_type, const float *in, size_t n, float p,
+                                  tfb_dropout_key key) {
     (void)ctx;
-    if (p <= 0.0f) { if (out != in) memmove(out, in, n * sizeof(float)); return TFB_OK; }
-    dropout_apply(out, in, n, p, key);
+    if (p > 0.0f) dropout_apply(out, out_type, in, n, p, key);
+    else if (out_type != TFB_F32) tfb_cpu_narrow(out, out_type, in, n);
+    else if (out != in) memmove(out, in, n * sizeof(float));
     return TFB_OK;
 }
 
 /* The backward of dropout is the same mask and scale applied to the incoming gradient. */
 static tfb_status cpu_dropout_bwd(void *ctx, float *din, const float *dout, size_t n, float p, tfb_dropout_key key) {
-    return cpu_dropout_fwd(ctx, din, dout, n, p, key);
+    return cpu_dropout_fwd(ctx, din, TFB_F32, dout, n, p, key);
 }
 
 static tfb_status cpu_xent_fwd(void *ctx, float *loss_sum, const float *logits, const int *labels, int n, int v) {

@@ -688,20 +688,14 @@ static tfb_status cuda_add_relu(void *ctx, void *out, tfb_dtype out_type, const 
     return TFB_OK;
 }
 
-/* The backward's operands come in few type combinations but each may be absent or of any type: they are loaded
- * through a switch on the type, the same for every thread (no divergence), rather than 81 instantiations. */
-__device__ __forceinline__ float ld_any(const void *p, int t, size_t i) {
-    if (t == TFB_F16) return __half2float(((const __half *)p)[i]);
-    if (t == TFB_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    return ((const float *)p)[i];
-}
-
+/* The backward's operands may each be absent or of any type: they are loaded by tfb_load_elem (a switch on the
+ * type) rather than through 81 instantiations. */
 template <typename O>
 __global__ void k_add_relu_bwd(O *din, const void *a, int a_type, const void *b, int b_type, const void *y,
                                int y_type, size_t n) {
     TFB_GRID_LOOP(i, n) {
-        float v = ld_any(a, a_type, i) + (b ? ld_any(b, b_type, i) : 0.0f);
-        stf(din, i, !y || ld_any(y, y_type, i) > 0.0f ? v : 0.0f);
+        float v = tfb_load_elem(a, a_type, i) + (b ? tfb_load_elem(b, b_type, i) : 0.0f);
+        stf(din, i, !y || tfb_load_elem(y, y_type, i) > 0.0f ? v : 0.0f);
     }
 }
 

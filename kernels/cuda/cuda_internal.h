@@ -9,6 +9,8 @@
 #ifndef TFB_CUDA_INTERNAL_H
 #define TFB_CUDA_INTERNAL_H
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 #include <cublas_v2.h>
 #include <cudnn.h>
 #include "cuda.h"
@@ -114,6 +116,20 @@ __device__ __forceinline__ float tfb_block_reduce(float v, int is_max) {
 }
 __device__ __forceinline__ float tfb_block_sum(float v) { return tfb_block_reduce(v, 0); }
 __device__ __forceinline__ float tfb_block_max(float v) { return tfb_block_reduce(v, 1); }
+
+/* Element i of a tensor of tfb_dtype t as FP32, and x stored into one (16-bit: rounded to nearest even). The type
+ * is a kernel argument, the same for every thread, so the branch costs no divergence: for ops whose operands come
+ * in many type combinations, where templates would multiply the instantiations. */
+__device__ __forceinline__ float tfb_load_elem(const void *p, int t, size_t i) {
+    if (t == TFB_F16) return __half2float(((const __half *)p)[i]);
+    if (t == TFB_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return ((const float *)p)[i];
+}
+__device__ __forceinline__ void tfb_store_elem(void *p, int t, size_t i, float x) {
+    if (t == TFB_F16) ((__half *)p)[i] = __float2half_rn(x);
+    else if (t == TFB_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
+    else ((float *)p)[i] = x;
+}
 
 /* Device memory of at least `bytes` in *buf (grown, never shrunk; counted in mem_stats). */
 tfb_status tfb_cuda_grow(cuda_ctx *c, void **buf, size_t *have, size_t bytes);

@@ -154,18 +154,19 @@ static tfb_status cuda_softmax_fwd(void *ctx, float *out, const float *in, int r
     return TFB_OK;
 }
 
-__global__ void k_softmax_bwd(float *din, const float *dout, const float *out, int cols, float scale) {
+__global__ void k_softmax_bwd(void *din, int din_type, const float *dout, const float *out, int cols, float scale) {
     size_t row = (size_t)blockIdx.x * cols;
     float dot = 0.0f;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) dot += dout[row + j] * out[row + j];
     dot = tfb_block_sum(dot);
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) din[row + j] = scale * out[row + j] * (dout[row + j] - dot);
+    for (int j = threadIdx.x; j < cols; j += blockDim.x)
+        tfb_store_elem(din, din_type, row + j, scale * out[row + j] * (dout[row + j] - dot));
 }
 
-static tfb_status cuda_softmax_bwd(void *ctx, float *din, const float *dout, const float *out, int rows, int cols,
-                                   float scale) {
+static tfb_status cuda_softmax_bwd(void *ctx, void *din, tfb_dtype din_type, const float *dout, const float *out,
+                                   int rows, int cols, float scale) {
     if (rows < 1) return TFB_OK;
-    k_softmax_bwd<<<rows, ROW_THREADS, 0, S(ctx)>>>(din, dout, out, cols, scale);
+    k_softmax_bwd<<<rows, ROW_THREADS, 0, S(ctx)>>>(din, (int)din_type, dout, out, cols, scale);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -225,18 +226,19 @@ static tfb_status cuda_bias_grad(void *ctx, float *dbias, const float *dout, int
     return TFB_OK;
 }
 
-__global__ void k_bias_act_fwd(int act, float *out, float *pre, const float *bias, int h) {
+__global__ void k_bias_act_fwd(int act, void *out, int out_type, float *pre, const float *bias, int h) {
     size_t r = (size_t)blockIdx.x * h;
     TFB_ROW_LOOP(j, h) {
         float v = pre[r + j] + bias[j];
         pre[r + j] = v;
-        out[r + j] = tfb_act_value(act, v);
+        tfb_store_elem(out, out_type, r + j, tfb_act_value(act, v));
     }
 }
 
-static tfb_status cuda_bias_act_fwd(void *ctx, tfb_act act, float *out, float *pre, const float *bias, int n, int h) {
+static tfb_status cuda_bias_act_fwd(void *ctx, tfb_act act, void *out, tfb_dtype out_type, float *pre,
+                                    const float *bias, int n, int h) {
     if (n < 1) return TFB_OK;
-    k_bias_act_fwd<<<n, tfb_row_threads(h), 0, S(ctx)>>>((int)act, out, pre, bias, h);
+    k_bias_act_fwd<<<n, tfb_row_threads(h), 0, S(ctx)>>>((int)act, out, (int)out_type, pre, bias, h);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -281,24 +283,35 @@ static tfb_status cuda_residual_add(void *ctx, float *out, const float *a, const
 
 /* ---- dropout: one Philox block per group of four global indices, as on the CPU ---- */
 
-__global__ void k_dropout(float *out, const float *in, size_t n, float p, tfb_dropout_key key) {
+__global__ void k_dropout(void *out, int out_type, const float *in, size_t n, float p, tfb_dropout_key key) {
     uint64_t g0, g1;
     tfb_dropout_groups(key, n, &g0, &g1);
-    TFB_GRID_LOOP(t, g1 - g0) tfb_dropout_group(out, in, n, p, key, g0 + t);
+    TFB_GRID_LOOP(t, g1 - g0) {
+        float f[4];
+        tfb_dropout_factors(key, p, g0 + t, f);
+        for (int q = 0; q < 4; q++) {
+            long long e = tfb_dropout_elem(key, n, g0 + t, q);
+            if (e >= 0) tfb_store_elem(out, out_type, (size_t)e, f[q] > 0.0f ? in[e] * f[q] : 0.0f);
+        }
+    }
 }
 
-static tfb_status cuda_dropout_fwd(void *ctx, float *out, const float *in, size_t n, float p, tfb_dropout_key key) {
+static tfb_status cuda_cast(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type, size_t n);
+
+static tfb_status cuda_dropout_fwd(void *ctx, void *out, tfb_dtype out_type, const float *in, size_t n, float p,
+                                   tfb_dropout_key key) {
+    if (p <= 0.0f && out_type != TFB_F32) return cuda_cast(ctx, out, out_type, in, TFB_F32, n);
     if (p <= 0.0f) {
         if (out != in) TFB_CHECK_CUDA(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, S(ctx)));
         return TFB_OK;
     }
-    k_dropout<<<tfb_cuda_blocks(n / 4 + 2), TFB_CUDA_THREADS, 0, S(ctx)>>>(out, in, n, p, key);
+    k_dropout<<<tfb_cuda_blocks(n / 4 + 2), TFB_CUDA_THREADS, 0, S(ctx)>>>(out, (int)out_type, in, n, p, key);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
 static tfb_status cuda_dropout_bwd(void *ctx, float *din, const float *dout, size_t n, float p, tfb_dropout_key key) {
-    return cuda_dropout_fwd(ctx, din, dout, n, p, key);
+    return cuda_dropout_fwd(ctx, din, TFB_F32, dout, n, p, key);
 }
 
 /* ---- cross-entropy ---- */
@@ -403,20 +416,8 @@ static tfb_status cuda_sgd_pool(void *ctx, float *w, const float *g, float *buf,
 
 /* ---- casts and the finite check ---- */
 
-__device__ __forceinline__ float load_elem(const void *p, int t, size_t i) {
-    if (t == TFB_F16) return __half2float(((const __half *)p)[i]);
-    if (t == TFB_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-__device__ __forceinline__ void store_elem(void *p, int t, size_t i, float x) {
-    if (t == TFB_F16) ((__half *)p)[i] = __float2half_rn(x);
-    else if (t == TFB_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
-    else ((float *)p)[i] = x;
-}
-
 __global__ void k_cast(void *dst, int dst_type, const void *src, int src_type, size_t n) {
-    TFB_GRID_LOOP(i, n) store_elem(dst, dst_type, i, load_elem(src, src_type, i));
+    TFB_GRID_LOOP(i, n) tfb_store_elem(dst, dst_type, i, tfb_load_elem(src, src_type, i));
 }
 
 static tfb_status cuda_cast(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type, size_t n) {
