@@ -205,7 +205,7 @@ static void build(resnet_model *m, rn_net *net, rn_layout *lo) {
     m->pool_p = m->pool_q = h;
     for (int s = 0; s < c->stages; s++)
         for (int i = 0; i < c->blocks[s]; i++, b++) {
-            char name[32];
+            char name[40]; /* "stage%d.block%d" of any two ints */
             snprintf(name, sizeof name, "stage%d.block%d", s + 1, i);
             lo->keep = 1 + b >= m->u0 && 1 + b < m->u1;
             ch = block_init(&net->blocks[b], lo, c, name, m->n, ch, &h, c->widths[s], i == 0 && s > 0 ? 2 : 1,

@@ -18,7 +18,7 @@ typedef struct {
 
 typedef struct {
     char label[64];
-    char link[48];           /* interconnect in words */
+    char link[64];           /* interconnect in words */
     tfb_run_file run;
 } machine;
 

@@ -17,6 +17,7 @@
 #include <time.h>
 #include "../kernels/backend.h"
 #include "../kernels/half.h"
+#include "rel_error.h"
 
 #define TOL_FP32 1e-5
 #define TOL_TF32 5e-3
@@ -116,24 +117,13 @@ static float *download(int b, const pair *t) {
     return h;
 }
 
-/* max |dev - ref| / max |ref| over n FP32 values; infinity when either side holds a NaN */
-static double rel_error(const float *ref, const float *dev, size_t n) {
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(ref[i]) || isnan(dev[i])) return INFINITY;
-        worst = fmax(worst, fabs((double)dev[i] - ref[i]));
-        scale = fmax(scale, fabs((double)ref[i]));
-    }
-    return scale > 0 ? worst / scale : worst;
-}
-
 /* Compares outputs (FP32) of check `name`, prints its row. */
 static void verdict(const char *name, const char *prec, double tol, const pair *outs, int n_outs) {
     double err = 0;
     for (int o = 0; o < n_outs; o++) {
         float *ref = download(0, &outs[o]), *dev = download(1, &outs[o]);
         if (G.brk && strcmp(G.brk, name) == 0 && o == 0) dev[outs[o].n / 2] += 1.0f + fabsf(dev[outs[o].n / 2]);
-        err = fmax(err, rel_error(ref, dev, outs[o].n));
+        err = fmax(err, tfb_rel_error(ref, dev, outs[o].n));
         free(ref);
         free(dev);
     }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "rel_error.h"
 #include "../bench/bert_layer.h"
 #include "../bench/npy.h"
 
@@ -23,16 +24,6 @@ static float *load(const char *name, size_t want) {
         exit(1);
     }
     return d;
-}
-
-/* max |got - ref| / max |ref| */
-static double rel_err(const float *got, const float *ref, size_t n) {
-    double e = 0, m = 0;
-    for (size_t i = 0; i < n; i++) {
-        e = fmax(e, fabs((double)got[i] - ref[i]));
-        m = fmax(m, fabs((double)ref[i]));
-    }
-    return e / (m > 0 ? m : 1);
 }
 
 typedef struct { const char *name; size_t n; } wspec;
@@ -107,7 +98,7 @@ static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
     float *x = load("x", N * H), *grad = load("dy", N * H), *y = load("y", N * H), *dx = load("dx", N * H);
     char name[96];
     int ok_f = bert_layer_fwd(&c, 0, &w, x, &a) == TFB_OK;
-    double ey = rel_err(a.y, y, N * H);
+    double ey = tfb_rel_error(y, a.y, N * H);
     snprintf(name, sizeof name, "bert_layer_%s_forward_vs_pytorch", tag);
     EXPECT(name, ok_f && ey < tol, "rel err %g (tolerance %g)", ey, tol);
     if (t != TFB_F32) { /* rounding to 16 bits must show: otherwise the 16-bit path did not run */
@@ -115,7 +106,7 @@ static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
         EXPECT(name, ey > 1e-5, "rel err %g equals FP32's", ey);
     }
     int ok_b = bert_layer_bwd(&c, 0, &w, &dw, x, &a, &s, grad) == TFB_OK;
-    double ex = rel_err(grad, dx, N * H);
+    double ex = tfb_rel_error(dx, grad, N * H);
     snprintf(name, sizeof name, "bert_layer_%s_input_grad_vs_pytorch", tag);
     EXPECT(name, ok_b && ex < tol, "rel err %g (tolerance %g)", ex, tol);
     double worst = 0;
@@ -124,7 +115,7 @@ static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
         char g[16];
         snprintf(g, sizeof g, "d%s", W[i].name);
         float *ref = load(g, W[i].n);
-        double e = rel_err(gp[i], ref, W[i].n);
+        double e = tfb_rel_error(ref, gp[i], W[i].n);
         if (e > worst) { worst = e; worst_name = W[i].name; }
         free(ref);
     }

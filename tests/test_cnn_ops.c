@@ -12,6 +12,7 @@
 #include <string.h>
 #include "check.h"
 #include "fd.h"
+#include "rel_error.h"
 #include "../kernels/backend.h"
 
 static tfb_backend *be;
@@ -116,17 +117,6 @@ static void test_batchnorm(void) {
                                           fabsf(rv[1] - (0.9f + 0.1f * c.var[1] * 15 / 14)) < 1e-6f, "rm %g rv %g", rm[1], rv[1]);
 }
 
-/* Largest |a - b| over the largest |a|; infinity when either holds a NaN (fmax would skip it). */
-static double rel_diff(const float *a, const float *b, size_t n) {
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
-        worst = fmax(worst, fabs((double)a[i] - b[i]));
-        scale = fmax(scale, fabs((double)a[i]));
-    }
-    return scale > 0 ? worst / scale : worst;
-}
-
 /* Batch norm's backward with its fused ReLU (the mask recomputed from x) against the plain backward of dy masked
  * where the forward's output is not positive; and its 16-bit dx against the FP32 dx rounded. In the
  * NCHW shape (n, c, hw) and, with hw == 1, the (rows, c) shape of NHWC tensors. */
@@ -151,7 +141,7 @@ static void bn_relu_bwd_test(int n, int c, int hw, const char *name) {
                          (double)n * hw, n, c, hw, 1e-5f, relu);
     }
     /* the same sums; a compiler may vectorise the two paths' reductions differently, so not bit for bit */
-    same = rel_diff(st[0], st[1], 4 * (size_t)c) < 1e-6 && rel_diff(dx[0], dx[1], e) < 1e-6;
+    same = tfb_rel_error(st[0], st[1], 4 * (size_t)c) < 1e-6 && tfb_rel_error(dx[0], dx[1], e) < 1e-6;
     for (int k = 0; k < 2; k++) {
         tfb_dtype t = k ? TFB_BF16 : TFB_F16;
         be->bn_bwd_apply(be->ctx, h[0], t, dy, TFB_F32, x, TFB_F32, mean, var, g, b, st[1], st[1] + c, (double)n * hw,
@@ -272,7 +262,7 @@ static void conv_nhwc_test(int n, int ch, int h, int k, int r, int stride, int p
     be->conv_bwd_data(be->ctx, &d, dxl, dyl, wl);
     be->conv_bwd_filter(be->ctx, &d, dwl, xl, dyl);
     float *yb = reorder(yl, n, k, pq, 0), *dxb = reorder(dxl, n, ch, hw, 0), *dwb = reorder(dwl, k, ch, rs, 0);
-    double ey = rel_diff(y, yb, ny), ex = rel_diff(dx, dxb, nx), ew = rel_diff(dw, dwb, nw);
+    double ey = tfb_rel_error(y, yb, ny), ex = tfb_rel_error(dx, dxb, nx), ew = tfb_rel_error(dw, dwb, nw);
     char name[96];
     snprintf(name, sizeof name, "conv_nhwc_k%d_s%d_p%d_%dx%d_%s_equals_nchw", r, stride, pad, h, h,
              t == TFB_F32 ? "fp32" : "fp16");
@@ -300,9 +290,9 @@ static void pools_nhwc_test(void) {
     for (int i = 0; i < N; i++)
         for (int ch = 0; ch < C; ch++)
             for (int o = 0; o < PQ; o++) same_arg &= arg[(i * C + ch) * PQ + o] == argl[(i * PQ + o) * C + ch];
-    double e1 = rel_diff(y, yb, N * C * PQ), e2 = rel_diff(dx, dxb, N * C * HW);
+    double e1 = tfb_rel_error(y, yb, N * C * PQ), e2 = tfb_rel_error(dx, dxb, N * C * HW);
     EXPECT("maxpool_nhwc_equals_nchw", same_arg && e1 == 0 && e2 < 1e-6, "argmax same %d fwd %g bwd %g", same_arg, e1, e2);
-    double e3 = rel_diff(ay, ayl, N * C), e4 = rel_diff(ydx, adxb, N * C * HW);
+    double e3 = tfb_rel_error(ay, ayl, N * C), e4 = tfb_rel_error(ydx, adxb, N * C * HW);
     EXPECT("avgpool_nhwc_equals_nchw", e3 < 1e-6 && e4 < 1e-6, "fwd %g bwd %g", e3, e4);
     free(x); free(dy); free(xl); free(dyl); free(yb); free(dxb); free(adxb);
 }
@@ -326,9 +316,9 @@ static void bn_nhwc_test(void) {
     be->bn_bwd_apply(be->ctx, dxl, TFB_F32, dyl, TFB_F32, xl, TFB_F32, m[1], v[1], g, b, sdy[1], sdx[1], N * HW,
                      N * HW, C, 1, 1e-5f, 0);
     float *yb = reorder(yl, N, C, HW, 0), *dxb = reorder(dxl, N, C, HW, 0);
-    double e = fmax(rel_diff(m[0], m[1], C), rel_diff(v[0], v[1], C));
-    e = fmax(e, fmax(rel_diff(y, yb, E), rel_diff(dx, dxb, E)));
-    e = fmax(e, fmax(rel_diff(dg[0], dg[1], C), rel_diff(db[0], db[1], C)));
+    double e = fmax(tfb_rel_error(m[0], m[1], C), tfb_rel_error(v[0], v[1], C));
+    e = fmax(e, fmax(tfb_rel_error(y, yb, E), tfb_rel_error(dx, dxb, E)));
+    e = fmax(e, fmax(tfb_rel_error(dg[0], dg[1], C), tfb_rel_error(db[0], db[1], C)));
     EXPECT("batchnorm_nhwc_as_rows_equals_nchw", e < 1e-5, "max rel diff %g", e);
     free(x); free(dy); free(g); free(b); free(xl); free(dyl); free(yb); free(dxb);
 }

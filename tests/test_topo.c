@@ -74,7 +74,7 @@ static void test_synthetic_binding(void) {
     int ok = 1;
     for (int r = 0; r < 4; r++) {
         ok &= tfb_bind_plan_make(&t, TFB_BIND_CORE, r, 4, &p[r]) == TFB_OK && p[r].cores == 4;
-        char want[8];
+        char want[16];
         snprintf(want, sizeof want, "%d", r);
         ok &= strcmp(p[r].numalist, want) == 0;
         for (int q = 0; q < r; q++) ok &= strcmp(p[q].cpulist, p[r].cpulist) != 0;
