@@ -18,9 +18,9 @@
  * filters are (K, R, S, C), a channel shard is a column range of (n*H*W, C) rows, and images are drawn in NCHW
  * order and reordered, so both layouts train on the same numbers. In FP16/BF16 every convolution output z is
  * stored in 16 bits; with one rank per tensor group so is every block unit's output y (its readers, the next
- * convolution and the block's sum, take 16 bits) and every block output but the stage's last (read by the next
- * block's convolutions and its sum; the last one feeds the head or the next stage in FP32), so no cast runs
- * before a convolution. An activation's gradient has the activation's type, so the backward stays 16-bit inside
+ * convolution and the block's sum, take 16 bits), every block output but the stage's last (read by the next
+ * block's convolutions and its sum; the last one feeds the head or the next stage in FP32), and the stem's output
+ * and max pool when block 0 follows on the stage, so no cast runs before a convolution. An activation's gradient has the activation's type, so the backward stays 16-bit inside
  * a stage too, with a block's ReLU backward folded into the sum that forms the next block's input gradient.
  * Batch-norm statistics and parameter gradients are FP32. This file does not time, schedule micro-batches or
  * update parameters.
@@ -70,7 +70,7 @@ typedef struct {
 /* One micro-batch's activations. */
 typedef struct {
     rn_unit stem;
-    float *pooled_stem;        /* (n, stem_width / T, pool_p, pool_q) */
+    void *pooled_stem;         /* (n, stem_width / T, pool_p, pool_q), of the stem's output type */
     int *argmax;               /* (n, stem_width / T, pool_p, pool_q) */
     rn_block *blocks;          /* [n_blocks], this stage's bound */
     float *x_in;               /* (in_elems) received from the previous stage */
@@ -329,14 +329,19 @@ static void note_recompute(resnet_model *m, const rn_unit *u, int pos) {
 /* Bytes of an element of type t. */
 static size_t type_bytes(tfb_dtype t) { return t == TFB_F32 ? 4 : 2; }
 
+/* The type of the stem's output and of its pool: the GEMM type when block 0, on this stage, reads them whole (one
+ * rank per tensor group), else FP32 (gathered, or sent to the next stage). */
+static tfb_dtype stem_out_type(const resnet_model *m) {
+    return m->T == 1 && has_block(m, 0) ? m->wc.gemm_type : TFB_F32;
+}
+
 /* gathered: the unit reads a gathered copy of its input (tensor parallelism, not a block's first units);
  * pos: its place in a block (0..2, 3: projection), -1 for the stem. A block unit's output is read by the next
- * unit's convolution or the block's sum, which take it whole in the GEMM type with one rank per tensor group; the
- * stem's by the max pool, in FP32. */
+ * unit's convolution or the block's sum, which take it whole in the GEMM type with one rank per tensor group. */
 static void plan_unit(resnet_model *m, rn_unit *u, rn_unit *shared, int gathered, int pos) {
     tfb_mempool *a = &m->pools[1];
     size_t out = unit_out(u), k = (size_t)u->cd.k;
-    u->y_type = pos >= 0 && m->T == 1 ? m->wc.gemm_type : TFB_F32;
+    u->y_type = pos < 0 ? stem_out_type(m) : m->T == 1 ? m->wc.gemm_type : TFB_F32;
     if (m->wc.checkpointing && pos >= 0) {
         note_recompute(m, u, pos);
     } else {
@@ -397,7 +402,7 @@ static void plan_net(resnet_model *m, rn_net *net) {
     if (has_stem(m)) {
         plan_unit(m, &net->stem, &m->net[0].stem, 0, -1);
         size_t pooled = n * net->stem.cd.k * m->pool_p * m->pool_q;
-        tfb_mempool_add(a, (void **)&net->pooled_stem, pooled * 4);
+        tfb_mempool_add(a, &net->pooled_stem, pooled * type_bytes(stem_out_type(m)));
         tfb_mempool_add(a, (void **)&net->argmax, pooled * sizeof(int));
         tfb_mempool_add(&m->pools[3], (void **)&net->images, n * 3 * m->image * m->image * 4);
     }
@@ -722,12 +727,13 @@ static tfb_status head_fwd(resnet_model *m, rn_net *net, const float *x, int hw,
     return TFB_OK;
 }
 
-static const float *stem_fwd(resnet_model *m, rn_net *net, tfb_status *st) {
+/* The stem's output (pooled when the model pools it), of type net->stem.y_type. */
+static const void *stem_fwd(resnet_model *m, rn_net *net, tfb_status *st) {
     *st = unit_fwd(m, &net->stem, net->images, TFB_F32);
-    if (*st != TFB_OK || !m->cfg.stem_pool) return unit_y32(&net->stem);
+    if (*st != TFB_OK || !m->cfg.stem_pool) return net->stem.y;
     const tfb_conv_desc *d = &net->stem.cd;
-    *st = m->be->maxpool_fwd(m->be->ctx, net->pooled_stem, net->argmax, unit_y32(&net->stem), d->n, d->k, d->p, d->q, 3,
-                             2, 1, m->pool_p, m->pool_q, m->layout);
+    *st = m->be->maxpool_fwd(m->be->ctx, net->pooled_stem, net->argmax, net->stem.y, net->stem.y_type, d->n, d->k,
+                             d->p, d->q, 3, 2, 1, m->pool_p, m->pool_q, m->layout);
     return net->pooled_stem;
 }
 
@@ -763,8 +769,8 @@ static tfb_status resnet_forward(void *self, int step, int mb, int slot, double 
     (void)mb;
     TFB_CHECK(tfb_workload_slot_take(&m->wl, slot, m->wc.slots, m->busy));
     double t0 = tfb_workload_unit_start(&m->wl, m->be);
-    const void *x = has_stem(m) ? (const void *)stem_fwd(m, net, &st) : net->x_in;
-    tfb_dtype x_type = TFB_F32;
+    const void *x = has_stem(m) ? stem_fwd(m, net, &st) : net->x_in;
+    tfb_dtype x_type = has_stem(m) ? net->stem.y_type : TFB_F32;
     TFB_CHECK(st);
     if (has_stem(m)) TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 0, t0));
     int b_last = m->u0 - 2; /* the block whose output x is (-1: the stem) */
@@ -882,14 +888,17 @@ static tfb_status head_bwd(resnet_model *m, rn_net *net, float loss_scale, float
     return be->avgpool_bwd(be->ctx, g, net->pooled, n, C / m->T, hw, m->layout);
 }
 
-static tfb_status stem_bwd(resnet_model *m, rn_net *net, float *g, float *work) {
+/* g: the gradient of the stem's (pooled) output, of the stem's output type; work: FP32 room for the unpooled one */
+static tfb_status stem_bwd(resnet_model *m, rn_net *net, const void *g, float *work) {
     const tfb_conv_desc *d = &net->stem.cd;
+    tfb_dtype gt = net->stem.y_type;
     if (m->cfg.stem_pool) {
-        TFB_CHECK(m->be->maxpool_bwd(m->be->ctx, work, g, net->argmax, d->n, d->k, d->p * d->q,
+        TFB_CHECK(m->be->maxpool_bwd(m->be->ctx, work, g, gt, net->argmax, d->n, d->k, d->p * d->q,
                                      m->pool_p * m->pool_q, m->layout));
         g = work;
+        gt = TFB_F32;
     }
-    return unit_bwd(m, &net->stem, g, TFB_F32, NULL); /* the first layer needs no input gradient */
+    return unit_bwd(m, &net->stem, g, gt, NULL); /* the first layer needs no input gradient */
 }
 
 /* The input of block b (*type: its type): the previous block's output, the stem's, or what the previous stage
@@ -901,7 +910,8 @@ static const void *block_input(resnet_model *m, rn_net *net, int b, tfb_dtype *t
         return net->blocks[b - 1].out;
     }
     if (!has_stem(m)) return net->x_in;
-    return m->cfg.stem_pool ? net->pooled_stem : unit_y32(&net->stem);
+    *type = net->stem.y_type;
+    return m->cfg.stem_pool ? net->pooled_stem : net->stem.y;
 }
 
 /* Checkpointing: block b's forward again from its kept input (same batch statistics, synchronised the same way;
@@ -962,8 +972,9 @@ static const float *resnet_stage_output(void *self, int slot) {
     resnet_model *m = self;
     if (has_head(m)) return NULL;
     int b = m->u1 - 2;
-    if (b < 0) return m->cfg.stem_pool ? m->net[slot].pooled_stem : unit_y32(&m->net[slot].stem);
-    return m->net[slot].blocks[b].out; /* FP32: the stage's last block */
+    /* FP32: the stage's last block, or a stem no block follows on this stage */
+    if (b < 0) return m->cfg.stem_pool ? m->net[slot].pooled_stem : m->net[slot].stem.y;
+    return m->net[slot].blocks[b].out;
 }
 
 static float *resnet_grad_output(void *self) {

@@ -238,13 +238,13 @@ struct tfb_backend {
      * no ReLU. Summed in FP32, rounded once; din may alias a or b when of the same type. */
     tfb_status (*add_relu_bwd)(void *ctx, void *din, tfb_dtype din_type, const void *a, tfb_dtype a_type,
                                const void *b, tfb_dtype b_type, const void *y, tfb_dtype y_type, size_t n);
-    /* max pool of x (n, c, h, w) into y (n, c, p, q) (both in `layout` order), window r x r, stride, pad; argmax
-     * (like y) saved: the index within the image plane, ih * w + iw */
-    tfb_status (*maxpool_fwd)(void *ctx, float *y, int *argmax, const float *x, int n, int c, int h, int w, int r,
-                              int stride, int pad, int p, int q, tfb_layout layout);
-    /* dx (n, c, h, w) = scatter of dy through argmax (overwrites) */
-    tfb_status (*maxpool_bwd)(void *ctx, float *dx, const float *dy, const int *argmax, int n, int c, int hw, int pq,
-                              tfb_layout layout);
+    /* max pool of x (n, c, h, w) into y (n, c, p, q) (both in `layout` order and of type t), window r x r,
+     * stride, pad; argmax (like y) saved: the index within the image plane, ih * w + iw */
+    tfb_status (*maxpool_fwd)(void *ctx, void *y, int *argmax, const void *x, tfb_dtype t, int n, int c, int h,
+                              int w, int r, int stride, int pad, int p, int q, tfb_layout layout);
+    /* dx (n, c, h, w) = scatter of dy (of dy_type) through argmax (overwrites); FP32, as overlapping windows add */
+    tfb_status (*maxpool_bwd)(void *ctx, float *dx, const void *dy, tfb_dtype dy_type, const int *argmax, int n,
+                              int c, int hw, int pq, tfb_layout layout);
     /* y (n, c) = mean of x (n, c, hw) (NHWC: (n, hw, c)) over hw */
     tfb_status (*avgpool_fwd)(void *ctx, float *y, const float *x, int n, int c, int hw, tfb_layout layout);
     /* dx (n, c, hw) (NHWC: (n, hw, c)) = dy (n, c) / hw */

@@ -623,10 +623,19 @@ static void check_pooling(int c, tfb_layout layout) {
     char name[40];
 #define POOL_ROW(op) (snprintf(name, sizeof name, "%s%s", op, lay), name)
     pair x = rand_f32(nx, -1, 1), y = poisoned(ny), arg = poisoned(ny), dy = rand_f32(ny, -1, 1), dx = poisoned(nx);
-    BOTH(be->maxpool_fwd(be->ctx, F(y), I(arg), F(x), n, c, h, w, r, stride, pad, p, p, layout));
+    BOTH(be->maxpool_fwd(be->ctx, F(y), I(arg), F(x), TFB_F32, n, c, h, w, r, stride, pad, p, p, layout));
     verdict(POOL_ROW("maxpool_fwd"), "fp32", TOL_FP32, &y, 1);
-    BOTH(be->maxpool_bwd(be->ctx, F(dx), F(dy), I(arg), n, c, h * w, p * p, layout));
+    BOTH(be->maxpool_bwd(be->ctx, F(dx), F(dy), TFB_F32, I(arg), n, c, h * w, p * p, layout));
     verdict(POOL_ROW("maxpool_bwd"), "fp32", TOL_FP32, &dx, 1);
+    if (c > 8) { /* a 16-bit stem output and its gradient (NHWC), as a 16-bit ResNet pools them */
+        pair x16 = rand_typed(nx, TFB_F16), y16 = poisoned16(ny), yw = poisoned(ny), dy16 = rand_typed(ny, TFB_F16);
+        BOTH(be->maxpool_fwd(be->ctx, V(y16), I(arg), V(x16), TFB_F16, n, c, h, w, r, stride, pad, p, p, layout));
+        BOTH(be->cast(be->ctx, F(yw), TFB_F32, V(y16), TFB_F16, ny));
+        verdict(POOL_ROW("maxpool_fwd x16"), "fp16", TOL_16, &yw, 1);
+        BOTH(be->maxpool_bwd(be->ctx, F(dx), V(dy16), TFB_F16, I(arg), n, c, h * w, p * p, layout));
+        verdict(POOL_ROW("maxpool_bwd dy16"), "fp16", TOL_FP32, &dx, 1);
+        release(&x16); release(&y16); release(&yw); release(&dy16);
+    }
     pair ay = poisoned((size_t)n * c), adx = poisoned(nx);
     BOTH(be->avgpool_fwd(be->ctx, F(ay), F(x), n, c, h * w, layout));
     verdict(POOL_ROW("avgpool_fwd"), "fp32", TOL_FP32, &ay, 1);

@@ -1002,10 +1002,10 @@ def test_estimate():
         e = estimate(["--model", "resnet50", "--batch", "64", "--precision", prec, "--format", "csv"])
         row = dict(zip(*[l.split(",") for l in e.stdout.strip().splitlines()[:2]])) if e.returncode == 0 else {}
         acts[prec] = int(row.get("activations_bytes", 0))
-    # 16-bit networks keep convolution outputs, block unit outputs and block outputs (all but the last block's) in
-    # 16 bits: about half; the stem's output, its pool and argmax stay 32-bit
+    # 16-bit networks keep convolution outputs, unit outputs, block outputs (all but the last block's) and the
+    # stem's output and pool in 16 bits: about half (0.51; the pool's argmax and the last block's output are 32-bit)
     check("estimate_resnet50_16bit_activations_about_half_of_fp32",
-          acts["fp32"] > 0 and all(0.50 < acts[p] / acts["fp32"] < 0.56 for p in ("fp16", "bf16")), str(acts))
+          acts["fp32"] > 0 and all(0.49 < acts[p] / acts["fp32"] < 0.53 for p in ("fp16", "bf16")), str(acts))
     e = estimate(["--model", "bert-large", "--batch", "32", "--precision", "fp16"])
     check("estimate_bert_large_rules_of_thumb", e.returncode == 0 and "tfbench 18.0 bytes/parameter" in e.stdout and
           "16 bytes/parameter" in e.stdout and "16-bit with masks) 4224.0 MiB" in e.stdout and "H200 SXM" in e.stdout, e.stdout[-800:] + e.stderr)

@@ -122,16 +122,25 @@ static tfb_status conv_fwd_f32(void *ctx, const tfb_conv_desc *d, float *y, cons
     return TFB_OK;
 }
 
-/* A 16-bit y is computed in FP32 scratch and rounded into y, as a GPU's FP32-accumulating convolution does. */
-static tfb_status cpu_conv_fwd(void *ctx, const tfb_conv_desc *d, void *y, const void *x16, const void *w16) {
-    if (d->y_type == TFB_F32) return conv_fwd_f32(ctx, d, y, x16, w16);
-    if (d->y_type != d->in_type) return TFB_ERR_ARG;
-    size_t n = y_elems(d);
-    float *y32 = tfb_cpu_scratch(ctx, TFB_CPU_SLOT_CONV_Y, n);
-    TFB_CHECK_ALLOC(y32);
-    TFB_CHECK(conv_fwd_f32(ctx, d, y32, x16, w16));
-    tfb_cpu_narrow(y, d->y_type, y32, n);
+/* A convolution pass computing an FP32 result from two operands. */
+typedef tfb_status (*conv_pass_f32)(void *ctx, const tfb_conv_desc *d, float *out, const void *a, const void *b);
+
+/* out (n elements) of type t from pass f: written directly in FP32, else computed in scratch `slot` and rounded
+ * once, as a GPU's FP32-accumulating convolution writes a 16-bit result; a type other than FP32 or in_type is
+ * refused. */
+static tfb_status conv_typed(void *ctx, const tfb_conv_desc *d, conv_pass_f32 f, tfb_dtype t, int slot, size_t n,
+                             void *out, const void *a, const void *b) {
+    if (t == TFB_F32) return f(ctx, d, out, a, b);
+    if (t != d->in_type) return TFB_ERR_ARG;
+    float *o32 = tfb_cpu_scratch(ctx, slot, n);
+    TFB_CHECK_ALLOC(o32);
+    TFB_CHECK(f(ctx, d, o32, a, b));
+    tfb_cpu_narrow(out, t, o32, n);
     return TFB_OK;
+}
+
+static tfb_status cpu_conv_fwd(void *ctx, const tfb_conv_desc *d, void *y, const void *x16, const void *w16) {
+    return conv_typed(ctx, d, conv_fwd_f32, d->y_type, TFB_CPU_SLOT_CONV_Y, y_elems(d), y, x16, w16);
 }
 
 /* dy of images i0 .. i0+g-1 as one (k, g*pq) operand. */
@@ -167,16 +176,8 @@ static tfb_status conv_bwd_data_f32(void *ctx, const tfb_conv_desc *d, float *dx
     return TFB_OK;
 }
 
-/* A 16-bit dx is computed in FP32 scratch and rounded into dx, as for conv_fwd's y. */
 static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, void *dx, const void *dy16, const void *w16) {
-    if (d->dx_type == TFB_F32) return conv_bwd_data_f32(ctx, d, dx, dy16, w16);
-    if (d->dx_type != d->in_type) return TFB_ERR_ARG;
-    size_t n = x_elems(d);
-    float *dx32 = tfb_cpu_scratch(ctx, TFB_CPU_SLOT_CONV_DX, n);
-    TFB_CHECK_ALLOC(dx32);
-    TFB_CHECK(conv_bwd_data_f32(ctx, d, dx32, dy16, w16));
-    tfb_cpu_narrow(dx, d->dx_type, dx32, n);
-    return TFB_OK;
+    return conv_typed(ctx, d, conv_bwd_data_f32, d->dx_type, TFB_CPU_SLOT_CONV_DX, x_elems(d), dx, dy16, w16);
 }
 
 static tfb_status cpu_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *dw, const void *x16,
@@ -197,16 +198,17 @@ static tfb_status cpu_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *
     return TFB_OK;
 }
 
-/* x of type t as FP32 (itself, or widened into the batch-norm scratch slot `slot`: BN_X, or BN_DY for dy) */
-static const float *bn_input(void *ctx, int slot, const void *x, tfb_dtype t, int n, int c, int hw) {
+/* The typed tensors of batch norm and pooling, which compute in FP32: an (n, c, hw) input x of type t as FP32
+ * (itself, or widened into scratch slot `slot`: BN_X, or BN_DY for a gradient) */
+static const float *typed_input(void *ctx, int slot, const void *x, tfb_dtype t, int n, int c, int hw) {
     return tfb_cpu_as_f32(ctx, slot, x, t, 0, (size_t)n * c * hw);
 }
 
-/* Where an op's FP32 result goes: out itself, or the scratch slot bn_output_finish narrows into a 16-bit out. */
-static float *bn_output(void *ctx, void *out, tfb_dtype t, int n, int c, int hw) {
+/* Where an op's FP32 result goes: out itself, or the scratch slot typed_output_store narrows into a 16-bit out. */
+static float *typed_output(void *ctx, void *out, tfb_dtype t, int n, int c, int hw) {
     return t == TFB_F32 ? out : tfb_cpu_scratch(ctx, TFB_CPU_SLOT_BN_Y, (size_t)n * c * hw);
 }
-static tfb_status bn_output_finish(void *out, tfb_dtype t, const float *v, int n, int c, int hw) {
+static tfb_status typed_output_store(void *out, tfb_dtype t, const float *v, int n, int c, int hw) {
     if (t != TFB_F32) tfb_cpu_narrow(out, t, v, (size_t)n * c * hw);
     return TFB_OK;
 }
@@ -214,7 +216,7 @@ static tfb_status bn_output_finish(void *out, tfb_dtype t, const float *v, int n
 /* Each image plane is summed in FP32 vector lanes, the planes in double. */
 static tfb_status cpu_bn_moments(void *ctx, float *mean, float *var, const void *xt, tfb_dtype x_type, int n, int c,
                                  int hw) {
-    const float *x = bn_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
+    const float *x = typed_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
     TFB_CHECK_ALLOC(x);
     if (hw == 1) return tfb_cpu_bn_rows_moments(mean, var, x, n, c);
 #pragma omp parallel for schedule(static)
@@ -244,12 +246,12 @@ static tfb_status cpu_bn_moments(void *ctx, float *mean, float *var, const void 
 static tfb_status cpu_bn_apply(void *ctx, void *yt, tfb_dtype y_type, const void *xt, tfb_dtype x_type,
                                const float *mean, const float *var, const float *gamma, const float *beta, int n,
                                int c, int hw, float eps, int relu) {
-    const float *x = bn_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
-    float *y = bn_output(ctx, yt, y_type, n, c, hw);
+    const float *x = typed_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
+    float *y = typed_output(ctx, yt, y_type, n, c, hw);
     if (!x || !y) return TFB_ERR_NOMEM;
     if (hw == 1) {
         TFB_CHECK(tfb_cpu_bn_rows_apply(y, x, mean, var, gamma, beta, n, c, eps, relu));
-        return bn_output_finish(yt, y_type, y, n, c, hw);
+        return typed_output_store(yt, y_type, y, n, c, hw);
     }
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++)
@@ -262,7 +264,7 @@ static tfb_status cpu_bn_apply(void *ctx, void *yt, tfb_dtype y_type, const void
                 y[off + j] = relu ? tfb_act_value(TFB_ACT_RELU, v) : v;
             }
         }
-    return bn_output_finish(yt, y_type, y, n, c, hw);
+    return typed_output_store(yt, y_type, y, n, c, hw);
 }
 
 /* dy where the ReLU after batch norm passed its input (always, without relu). Without branches, so the loops
@@ -276,8 +278,8 @@ static tfb_status cpu_bn_bwd_reduce(void *ctx, float *sum_dy, float *sum_dy_xhat
                                     const void *dyt, tfb_dtype dy_type, const void *xt, tfb_dtype x_type,
                                     const float *mean, const float *var, const float *gamma, const float *beta, int n,
                                     int c, int hw, float eps, int relu) {
-    const float *x = bn_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
-    const float *dy = bn_input(ctx, TFB_CPU_SLOT_BN_DY, dyt, dy_type, n, c, hw);
+    const float *x = typed_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
+    const float *dy = typed_input(ctx, TFB_CPU_SLOT_BN_DY, dyt, dy_type, n, c, hw);
     if (!x || !dy) return TFB_ERR_NOMEM;
     if (hw == 1)
         return tfb_cpu_bn_rows_bwd_reduce(sum_dy, sum_dy_xhat, dgamma, dbeta, dy, x, mean, var, gamma, beta, n, c,
@@ -312,14 +314,14 @@ static tfb_status cpu_bn_bwd_apply(void *ctx, void *dxt, tfb_dtype dx_type, cons
                                    const float *gamma, const float *beta, const float *sum_dy,
                                    const float *sum_dy_xhat, double count, int n, int c, int hw, float eps,
                                    int relu) {
-    const float *x = bn_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
-    const float *dy = bn_input(ctx, TFB_CPU_SLOT_BN_DY, dyt, dy_type, n, c, hw);
-    float *dx = bn_output(ctx, dxt, dx_type, n, c, hw);
+    const float *x = typed_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
+    const float *dy = typed_input(ctx, TFB_CPU_SLOT_BN_DY, dyt, dy_type, n, c, hw);
+    float *dx = typed_output(ctx, dxt, dx_type, n, c, hw);
     if (!x || !dy || !dx) return TFB_ERR_NOMEM;
     if (hw == 1) {
         TFB_CHECK(tfb_cpu_bn_rows_bwd_apply(dx, dy, x, mean, var, gamma, beta, sum_dy, sum_dy_xhat, count, n, c, eps,
                                             relu));
-        return bn_output_finish(dxt, dx_type, dx, n, c, hw);
+        return typed_output_store(dxt, dx_type, dx, n, c, hw);
     }
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < n; i++)
@@ -336,7 +338,7 @@ static tfb_status cpu_bn_bwd_apply(void *ctx, void *dxt, tfb_dtype dx_type, cons
                 o[j] = g * (gj - mdy - xhat * mdx);
             }
         }
-    return bn_output_finish(dxt, dx_type, dx, n, c, hw);
+    return typed_output_store(dxt, dx_type, dx, n, c, hw);
 }
 
 static tfb_status cpu_bn_moments_merge(void *ctx, float *mean, float *var, const float *mine, int c, int ranks) {
@@ -360,9 +362,8 @@ static tfb_status cpu_bn_running_update(void *ctx, float *run_mean, float *run_v
     return TFB_OK;
 }
 
-static tfb_status cpu_maxpool_fwd(void *ctx, float *y, int *argmax, const float *x, int n, int c, int h, int w,
-                                  int r, int stride, int pad, int p, int q, tfb_layout layout) {
-    (void)ctx;
+static tfb_status maxpool_fwd_f32(float *y, int *argmax, const float *x, int n, int c, int h, int w, int r,
+                                  int stride, int pad, int p, int q, tfb_layout layout) {
     if (layout == TFB_NHWC) return tfb_cpu_maxpool_fwd_nhwc(y, argmax, x, n, c, h, w, r, stride, pad, p, q);
 #pragma omp parallel for schedule(static)
     for (int plane = 0; plane < n * c; plane++) {
@@ -385,9 +386,20 @@ static tfb_status cpu_maxpool_fwd(void *ctx, float *y, int *argmax, const float 
     return TFB_OK;
 }
 
-static tfb_status cpu_maxpool_bwd(void *ctx, float *dx, const float *dy, const int *argmax, int n, int c, int hw,
-                                  int pq, tfb_layout layout) {
-    (void)ctx;
+/* 16-bit x is widened and the FP32 maximum rounded back: exactly the 16-bit maximum (rounding is monotone). */
+static tfb_status cpu_maxpool_fwd(void *ctx, void *y, int *argmax, const void *x, tfb_dtype t, int n, int c, int h,
+                                  int w, int r, int stride, int pad, int p, int q, tfb_layout layout) {
+    const float *x32 = typed_input(ctx, TFB_CPU_SLOT_BN_X, x, t, n, c, h * w);
+    float *y32 = typed_output(ctx, y, t, n, c, p * q);
+    if (!x32 || !y32) return TFB_ERR_NOMEM;
+    TFB_CHECK(maxpool_fwd_f32(y32, argmax, x32, n, c, h, w, r, stride, pad, p, q, layout));
+    return typed_output_store(y, t, y32, n, c, p * q);
+}
+
+static tfb_status cpu_maxpool_bwd(void *ctx, float *dx, const void *dyt, tfb_dtype dy_type, const int *argmax, int n,
+                                  int c, int hw, int pq, tfb_layout layout) {
+    const float *dy = typed_input(ctx, TFB_CPU_SLOT_BN_DY, dyt, dy_type, n, c, pq);
+    TFB_CHECK_ALLOC(dy);
     if (layout == TFB_NHWC) return tfb_cpu_maxpool_bwd_nhwc(dx, dy, argmax, n, c, hw, pq);
 #pragma omp parallel for schedule(static)
     for (int plane = 0; plane < n * c; plane++) {

@@ -532,12 +532,12 @@ static tfb_status cuda_bn_running_update(void *ctx, float *run_mean, float *run_
 
 struct pool_shape { int h, w, r, stride, pad, p, q; };
 
-/* One block per (image, channel) plane; its threads stride over the plane's p x q outputs. */
-__global__ void k_maxpool_fwd(float *y, int *argmax, const float *x, pool_shape s) {
+/* One block per (image, channel) plane; its threads stride over the plane's p x q outputs. x and y of type T. */
+template <typename T>
+__global__ void k_maxpool_fwd(T *y, int *argmax, const T *x, pool_shape s) {
     int pq = s.p * s.q;
-    const float *in = x + (size_t)blockIdx.x * s.h * s.w;
-    float *out = y + (size_t)blockIdx.x * pq;
-    int *arg_out = argmax + (size_t)blockIdx.x * pq;
+    const T *in = x + (size_t)blockIdx.x * s.h * s.w;
+    size_t out = (size_t)blockIdx.x * pq;
     TFB_ROW_LOOP(o, pq) {
         int i = o / s.q, j = o - i * s.q, arg = -1;
         float best = -INFINITY;
@@ -545,77 +545,95 @@ __global__ void k_maxpool_fwd(float *y, int *argmax, const float *x, pool_shape 
             for (int b = 0; b < s.r; b++) {
                 int ih = i * s.stride - s.pad + a, iw = j * s.stride - s.pad + b;
                 if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
-                if (in[ih * s.w + iw] > best || arg < 0) { best = in[ih * s.w + iw]; arg = ih * s.w + iw; }
+                float v = ldf(in, (size_t)(ih * s.w + iw));
+                if (v > best || arg < 0) { best = v; arg = ih * s.w + iw; }
             }
-        out[o] = best;
-        arg_out[o] = arg;
+        stf(y, out + o, best); /* a value of x: exact in T */
+        argmax[out + o] = arg;
     }
 }
 
 /* NHWC: a thread per output element (image, i, j, channel), channels fastest, so a warp reads adjacent channels. */
-template <typename I>
-__global__ void k_maxpool_fwd_nhwc(float *y, int *argmax, const float *x, pool_shape s, I c, I total) {
+template <typename T, typename I>
+__global__ void k_maxpool_fwd_nhwc(T *y, int *argmax, const T *x, pool_shape s, I c, I total) {
     for (I o = blockIdx.x * (I)blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
         I ch = o % c, pix = o / c, j = pix % (I)s.q, row = pix / (I)s.q, i = row % (I)s.p, b = row / (I)s.p;
-        const float *img = x + (size_t)b * s.h * s.w * c + ch;
+        const T *img = x + (size_t)b * s.h * s.w * c + ch;
         float best = -INFINITY;
         int arg = -1;
         for (int a = 0; a < s.r; a++)
             for (int e = 0; e < s.r; e++) {
                 int ih = (int)i * s.stride - s.pad + a, iw = (int)j * s.stride - s.pad + e;
                 if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
-                float v = img[(size_t)(ih * s.w + iw) * c];
+                float v = ldf(img, (size_t)(ih * s.w + iw) * c);
                 if (v > best || arg < 0) { best = v; arg = ih * s.w + iw; }
             }
-        y[o] = best;
+        stf(y, o, best);
         argmax[o] = arg;
     }
 }
 
-static tfb_status cuda_maxpool_fwd(void *ctx, float *y, int *argmax, const float *x, int n, int c, int h, int w,
-                                   int r, int stride, int pad, int p, int q, tfb_layout layout) {
-    pool_shape s = {h, w, r, stride, pad, p, q};
-    size_t total = (size_t)n * c * p * q;
-    if (total < 1) return TFB_OK;
-    if (layout == TFB_NCHW) k_maxpool_fwd<<<(unsigned)(n * c), tfb_row_threads(p * q), 0, S(ctx)>>>(y, argmax, x, s);
-    else if (index32((size_t)n * c * h * w))
-        k_maxpool_fwd_nhwc<unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(y, argmax, x, s,
-                                                                                             (unsigned)c, (unsigned)total);
+template <typename T>
+static tfb_status maxpool_fwd_typed(void *ctx, T *y, int *argmax, const T *x, pool_shape s, int n, int c,
+                                    tfb_layout layout) {
+    size_t total = (size_t)n * c * s.p * s.q;
+    if (layout == TFB_NCHW)
+        k_maxpool_fwd<T><<<(unsigned)(n * c), tfb_row_threads(s.p * s.q), 0, S(ctx)>>>(y, argmax, x, s);
+    else if (index32((size_t)n * c * s.h * s.w))
+        k_maxpool_fwd_nhwc<T, unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+            y, argmax, x, s, (unsigned)c, (unsigned)total);
     else
-        k_maxpool_fwd_nhwc<size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(y, argmax, x, s, (size_t)c,
-                                                                                           total);
+        k_maxpool_fwd_nhwc<T, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(y, argmax, x, s,
+                                                                                              (size_t)c, total);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
-__global__ void k_maxpool_bwd(float *dx, const float *dy, const int *argmax, int hw, int pq) {
+static tfb_status cuda_maxpool_fwd(void *ctx, void *y, int *argmax, const void *x, tfb_dtype t, int n, int c, int h,
+                                   int w, int r, int stride, int pad, int p, int q, tfb_layout layout) {
+    pool_shape s = {h, w, r, stride, pad, p, q};
+    if ((size_t)n * c * p * q < 1) return TFB_OK;
+    TYPE_CASE(t, T, return maxpool_fwd_typed(ctx, (T *)y, argmax, (const T *)x, s, n, c, layout));
+    return TFB_OK;
+}
+
+template <typename D>
+__global__ void k_maxpool_bwd(float *dx, const D *dy, const int *argmax, int hw, int pq) {
     float *d = dx + (size_t)blockIdx.x * hw;
     size_t o0 = (size_t)blockIdx.x * pq;
-    TFB_ROW_LOOP(o, pq) atomicAdd(&d[argmax[o0 + o]], dy[o0 + o]);
+    TFB_ROW_LOOP(o, pq) atomicAdd(&d[argmax[o0 + o]], ldf(dy, o0 + o));
 }
 
 /* NHWC: a thread per dy element; image b's plane index a lands at dx[(b hw + a) c + ch]. */
-template <typename I>
-__global__ void k_maxpool_bwd_nhwc(float *dx, const float *dy, const int *argmax, I c, I hw, I pq, I total) {
+template <typename D, typename I>
+__global__ void k_maxpool_bwd_nhwc(float *dx, const D *dy, const int *argmax, I c, I hw, I pq, I total) {
     for (I o = blockIdx.x * (I)blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
         I b = o / (pq * c);
-        atomicAdd(&dx[(b * hw + (I)argmax[o]) * c + o % c], dy[o]);
+        atomicAdd(&dx[(b * hw + (I)argmax[o]) * c + o % c], ldf(dy, o));
     }
 }
 
-static tfb_status cuda_maxpool_bwd(void *ctx, float *dx, const float *dy, const int *argmax, int n, int c, int hw,
-                                   int pq, tfb_layout layout) {
+template <typename D>
+static tfb_status maxpool_bwd_typed(void *ctx, float *dx, const D *dy, const int *argmax, int n, int c, int hw,
+                                    int pq, tfb_layout layout) {
     size_t total = (size_t)n * c * pq;
-    TFB_CHECK_CUDA(cudaMemsetAsync(dx, 0, (size_t)n * c * hw * sizeof(float), S(ctx)));
-    if (total < 1) return TFB_OK;
-    if (layout == TFB_NCHW) k_maxpool_bwd<<<(unsigned)(n * c), tfb_row_threads(pq), 0, S(ctx)>>>(dx, dy, argmax, hw, pq);
+    if (layout == TFB_NCHW)
+        k_maxpool_bwd<D><<<(unsigned)(n * c), tfb_row_threads(pq), 0, S(ctx)>>>(dx, dy, argmax, hw, pq);
     else if (index32((size_t)n * c * hw))
-        k_maxpool_bwd_nhwc<unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+        k_maxpool_bwd_nhwc<D, unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
             dx, dy, argmax, (unsigned)c, (unsigned)hw, (unsigned)pq, (unsigned)total);
     else
-        k_maxpool_bwd_nhwc<size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
+        k_maxpool_bwd_nhwc<D, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
             dx, dy, argmax, (size_t)c, (size_t)hw, (size_t)pq, total);
     TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+static tfb_status cuda_maxpool_bwd(void *ctx, float *dx, const void *dy, tfb_dtype dy_type, const int *argmax, int n,
+                                   int c, int hw, int pq, tfb_layout layout) {
+    TFB_CHECK_CUDA(cudaMemsetAsync(dx, 0, (size_t)n * c * hw * sizeof(float), S(ctx)));
+    if ((size_t)n * c * pq < 1) return TFB_OK;
+    TYPE_CASE(dy_type, D, return maxpool_bwd_typed(ctx, dx, (const D *)dy, argmax, n, c, hw, pq, layout));
     return TFB_OK;
 }
 
