@@ -51,22 +51,20 @@ size_t tfb_optim_plan_bytes(const tfb_workload *wl) {
     return bytes;
 }
 
-/* One launch for the whole pool: weight decay only inside the runs of parameters that take it. */
+/* One launch for the whole pool: weight decay only inside the runs of parameters that take it; in 16-bit runs the
+ * same pass writes the GEMMs' 16-bit weight copy. */
 tfb_status tfb_optim_step(tfb_optim *o, float grad_scale) {
     const tfb_workload *wl = o->wl;
     tfb_adamw_hparams hp = o->hp;
     hp.step = ++o->hp.step;
     hp.grad_scale = grad_scale;
     if (wl->optimizer == TFB_OPT_ADAMW)
-        TFB_CHECK(o->be->adamw_pool(o->be->ctx, wl->param_pool, wl->grad_pool, o->m, o->v, wl->numel, o->runs,
-                                    o->n_runs, &hp));
-    else {
-        tfb_sgd_hparams s = {.lr = hp.lr, .momentum = o->momentum, .weight_decay = hp.weight_decay,
-                             .grad_scale = hp.grad_scale};
-        TFB_CHECK(o->be->sgd_pool(o->be->ctx, wl->param_pool, wl->grad_pool, o->m, wl->numel, o->runs, o->n_runs,
-                                  &s));
-    }
-    return tfb_workload_refresh_lowp(wl, o->be);
+        return o->be->adamw_pool(o->be->ctx, wl->param_pool, wl->grad_pool, o->m, o->v, wl->numel, o->runs,
+                                 o->n_runs, &hp, wl->lowp_pool, wl->gemm_type);
+    tfb_sgd_hparams s = {.lr = hp.lr, .momentum = o->momentum, .weight_decay = hp.weight_decay,
+                         .grad_scale = hp.grad_scale};
+    return o->be->sgd_pool(o->be->ctx, wl->param_pool, wl->grad_pool, o->m, wl->numel, o->runs, o->n_runs, &s,
+                           wl->lowp_pool, wl->gemm_type);
 }
 
 void tfb_optim_free(tfb_optim *o) { tfb_mempool_release(&o->pool, o->be); }

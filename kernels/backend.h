@@ -182,11 +182,13 @@ struct tfb_backend {
     tfb_status (*sgd)(void *ctx, float *w, const float *g, float *buf, size_t n, const tfb_sgd_hparams *hp);
     /* The same updates over a whole parameter pool of n elements in one call: hp's weight decay applies inside the
      * n_runs ascending, disjoint ranges [runs[2k], runs[2k + 1]) of element offsets (runs in backend memory; NULL
-     * when n_runs is 0), none outside them. Element by element what adamw and sgd compute (kernels/update.h). */
+     * when n_runs is 0), none outside them. Element by element what adamw and sgd compute (kernels/update.h).
+     * w_lp (n) of lp_type, when not NULL, receives the updated w rounded (the GEMMs' 16-bit weight copy, written in
+     * the same pass instead of a cast that reads w again). */
     tfb_status (*adamw_pool)(void *ctx, float *w, const float *g, float *m, float *v, size_t n, const uint64_t *runs,
-                             int n_runs, const tfb_adamw_hparams *hp);
+                             int n_runs, const tfb_adamw_hparams *hp, void *w_lp, tfb_dtype lp_type);
     tfb_status (*sgd_pool)(void *ctx, float *w, const float *g, float *buf, size_t n, const uint64_t *runs,
-                           int n_runs, const tfb_sgd_hparams *hp);
+                           int n_runs, const tfb_sgd_hparams *hp, void *w_lp, tfb_dtype lp_type);
 
     /* ---- convolutional networks: activations (n, c, h, w) in NCHW, (n, h, w, c) in NHWC. The batch-norm ops
      * describe NCHW; an NHWC tensor is (n*h*w, c, 1) to them (a backend may pick other kernels for hw == 1).

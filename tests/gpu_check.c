@@ -430,11 +430,21 @@ static void check_optimizers(void) {
     pair runs = upload(runs_host, 4, sizeof(uint64_t));
     ah.lr = sh.lr = 0.1f;
     ah.weight_decay = sh.weight_decay = 0.1f;
-    BOTH(be->adamw_pool(be->ctx, F(w), F(g), F(m), F(v), n, (const uint64_t *)runs.p[b], 2, &ah));
+    BOTH(be->adamw_pool(be->ctx, F(w), F(g), F(m), F(v), n, (const uint64_t *)runs.p[b], 2, &ah, NULL, TFB_F32));
     verdict("adamw_pool (decay runs)", "fp32", TOL_FP32, outs, 3);
-    BOTH(be->sgd_pool(be->ctx, F(w), F(g), F(m), n, (const uint64_t *)runs.p[b], 2, &sh));
+    BOTH(be->sgd_pool(be->ctx, F(w), F(g), F(m), n, (const uint64_t *)runs.p[b], 2, &sh, NULL, TFB_F32));
     verdict("sgd_pool (decay runs)", "fp32", TOL_FP32, souts, 2);
-    release(&w); release(&g); release(&m); release(&v); release(&runs);
+    /* the 16-bit weight copy written by the update itself */
+    pair lp = poisoned16(n), lpw = poisoned(n);
+    BOTH(be->adamw_pool(be->ctx, F(w), F(g), F(m), F(v), n, (const uint64_t *)runs.p[b], 2, &ah, V(lp), TFB_BF16));
+    BOTH(be->cast(be->ctx, F(lpw), TFB_F32, V(lp), TFB_BF16, n));
+    verdict("adamw_pool, writing w_lp16", "fp32", TOL_FP32, outs, 3);
+    verdict("adamw_pool w_lp16", "bf16", TOL_16, &lpw, 1);
+    BOTH(be->sgd_pool(be->ctx, F(w), F(g), F(m), n, (const uint64_t *)runs.p[b], 2, &sh, V(lp), TFB_F16));
+    BOTH(be->cast(be->ctx, F(lpw), TFB_F32, V(lp), TFB_F16, n));
+    verdict("sgd_pool, writing w_lp16", "fp32", TOL_FP32, souts, 2);
+    verdict("sgd_pool w_lp16", "fp16", TOL_16, &lpw, 1);
+    release(&w); release(&g); release(&m); release(&v); release(&runs); release(&lp); release(&lpw);
 }
 
 static void check_cast(tfb_dtype t) {

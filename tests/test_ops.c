@@ -285,7 +285,10 @@ static void test_pool_updates(void) {
     tfb_adamw_hparams hp = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f,
                             .step = 3, .grad_scale = 0.5f}, off = hp;
     off.weight_decay = 0.0f;
-    be->adamw_pool(be->ctx, w[0], g, m[0], v[0], N, runs, 3, &hp);
+    static uint16_t lp[2][N]; /* the 16-bit weight copy written by the update, against the updated w rounded */
+    be->adamw_pool(be->ctx, w[0], g, m[0], v[0], N, runs, 3, &hp, lp[0], TFB_BF16);
+    be->cast(be->ctx, lp[1], TFB_BF16, w[0], TFB_F32, N);
+    int lp_same = !memcmp(lp[0], lp[1], sizeof lp[0]);
     const size_t cut[7] = {0, 100, 250, 600, 999, 1000, N};
     for (int k = 0; k < 6; k++) /* even pieces decay, odd ones do not */
         be->adamw(be->ctx, w[1] + cut[k], g + cut[k], m[1] + cut[k], v[1] + cut[k], cut[k + 1] - cut[k],
@@ -294,13 +297,17 @@ static void test_pool_updates(void) {
     EXPECT("adamw_pool_equals_tensor_by_tensor", !bad, "%s", "differs");
     tfb_sgd_hparams sh = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.05f, .grad_scale = 0.25f}, soff = sh;
     soff.weight_decay = 0.0f;
-    be->sgd_pool(be->ctx, w[0], g, m[0], N, runs, 3, &sh);
+    be->sgd_pool(be->ctx, w[0], g, m[0], N, runs, 3, &sh, lp[0], TFB_F16);
+    be->cast(be->ctx, lp[1], TFB_F16, w[0], TFB_F32, N);
+    lp_same &= !memcmp(lp[0], lp[1], sizeof lp[0]);
     for (int k = 0; k < 6; k++)
         be->sgd(be->ctx, w[1] + cut[k], g + cut[k], m[1] + cut[k], cut[k + 1] - cut[k], k % 2 == 0 ? &sh : &soff);
     bad = differ(w[0], w[1], N) || differ(m[0], m[1], N);
     EXPECT("sgd_pool_equals_tensor_by_tensor", !bad, "%s", "differs");
+    EXPECT("pool_updates_write_the_16bit_copy_of_the_updated_weights", lp_same, "%s", "differs from a cast");
     EXPECT("pool_update_rejects_unsorted_runs",
-           be->sgd_pool(be->ctx, w[0], g, m[0], N, (const uint64_t[]){500, 600, 100, 200}, 2, &sh) == TFB_ERR_ARG,
+           be->sgd_pool(be->ctx, w[0], g, m[0], N, (const uint64_t[]){500, 600, 100, 200}, 2, &sh, NULL, TFB_F32) ==
+               TFB_ERR_ARG,
            "%s", "accepted");
 }
 

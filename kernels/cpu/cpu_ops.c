@@ -315,26 +315,33 @@ static size_t pool_cut(const uint64_t *runs, int n_runs, size_t n, int k) {
     return k < 2 * n_runs ? (size_t)runs[k] : n;
 }
 
+/* The 16-bit weight copy, when asked for (the CPU writes it in a second pass; a GPU in the update's). */
+static tfb_status pool_lowp(const float *w, size_t n, void *w_lp, tfb_dtype lp_type) {
+    if (w_lp) tfb_cpu_narrow(w_lp, lp_type, w, n);
+    return TFB_OK;
+}
+
 static tfb_status cpu_adamw_pool(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
-                                 const uint64_t *runs, int n_runs, const tfb_adamw_hparams *hp) {
+                                 const uint64_t *runs, int n_runs, const tfb_adamw_hparams *hp, void *w_lp,
+                                 tfb_dtype lp_type) {
     (void)ctx;
     if (!runs_valid(runs, n_runs, n)) return TFB_ERR_ARG;
     for (int k = 0; k <= 2 * n_runs; k++) {
         size_t a = k ? pool_cut(runs, n_runs, n, k - 1) : 0;
         adamw_range(w, g, m, v, a, pool_cut(runs, n_runs, n, k), hp, k % 2 ? hp->weight_decay : 0.0f);
     }
-    return TFB_OK;
+    return pool_lowp(w, n, w_lp, lp_type);
 }
 
 static tfb_status cpu_sgd_pool(void *ctx, float *w, const float *g, float *buf, size_t n, const uint64_t *runs,
-                               int n_runs, const tfb_sgd_hparams *hp) {
+                               int n_runs, const tfb_sgd_hparams *hp, void *w_lp, tfb_dtype lp_type) {
     (void)ctx;
     if (!runs_valid(runs, n_runs, n)) return TFB_ERR_ARG;
     for (int k = 0; k <= 2 * n_runs; k++) {
         size_t a = k ? pool_cut(runs, n_runs, n, k - 1) : 0;
         sgd_range(w, g, buf, a, pool_cut(runs, n_runs, n, k), hp, k % 2 ? hp->weight_decay : 0.0f);
     }
-    return TFB_OK;
+    return pool_lowp(w, n, w_lp, lp_type);
 }
 
 static float load_elem(const void *p, tfb_dtype t, size_t i) {

@@ -363,53 +363,60 @@ static tfb_status cuda_xent_bwd(void *ctx, float *dlogits, const float *logits, 
 
 /* ---- optimizers ---- */
 
+/* The pool updates also write the 16-bit weight copy (w_lp of lp_type, when not NULL) as they store w. */
 __global__ void k_adamw(float *w, const float *g, float *m, float *v, size_t n, tfb_adamw_hparams hp, float c1,
-                        float c2, const uint64_t *runs, int n_runs, int pool) {
+                        float c2, const uint64_t *runs, int n_runs, int pool, void *w_lp, int lp_type) {
     TFB_GRID_LOOP(i, n) {
         float decay = !pool || tfb_runs_contain(runs, n_runs, i) ? hp.weight_decay : 0.0f;
         tfb_adamw_elem(&w[i], g[i], &m[i], &v[i], &hp, decay, c1, c2);
+        if (w_lp) tfb_store_elem(w_lp, lp_type, i, w[i]);
     }
 }
 
 static tfb_status adamw_launch(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
-                               const uint64_t *runs, int n_runs, int pool, const tfb_adamw_hparams *hp) {
+                               const uint64_t *runs, int n_runs, int pool, const tfb_adamw_hparams *hp, void *w_lp,
+                               tfb_dtype lp_type) {
     float c1, c2;
     tfb_adamw_corrections(hp, &c1, &c2);
     if (n == 0) return TFB_OK;
-    k_adamw<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, m, v, n, *hp, c1, c2, runs, n_runs, pool);
+    k_adamw<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, m, v, n, *hp, c1, c2, runs, n_runs, pool,
+                                                                 w_lp, (int)lp_type);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
 static tfb_status cuda_adamw(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
                              const tfb_adamw_hparams *hp) {
-    return adamw_launch(ctx, w, g, m, v, n, NULL, 0, 0, hp);
+    return adamw_launch(ctx, w, g, m, v, n, NULL, 0, 0, hp, NULL, TFB_F32);
 }
 
 static tfb_status cuda_adamw_pool(void *ctx, float *w, const float *g, float *m, float *v, size_t n,
-                                  const uint64_t *runs, int n_runs, const tfb_adamw_hparams *hp) {
-    return adamw_launch(ctx, w, g, m, v, n, runs, n_runs, 1, hp);
+                                  const uint64_t *runs, int n_runs, const tfb_adamw_hparams *hp, void *w_lp,
+                                  tfb_dtype lp_type) {
+    return adamw_launch(ctx, w, g, m, v, n, runs, n_runs, 1, hp, w_lp, lp_type);
 }
 
 __global__ void k_sgd(float *w, const float *g, float *buf, size_t n, tfb_sgd_hparams hp, const uint64_t *runs,
-                      int n_runs, int pool) {
+                      int n_runs, int pool, void *w_lp, int lp_type) {
     TFB_GRID_LOOP(i, n) {
         float decay = !pool || tfb_runs_contain(runs, n_runs, i) ? hp.weight_decay : 0.0f;
         tfb_sgd_elem(&w[i], g[i], &buf[i], &hp, decay);
+        if (w_lp) tfb_store_elem(w_lp, lp_type, i, w[i]);
     }
 }
 
 static tfb_status cuda_sgd(void *ctx, float *w, const float *g, float *buf, size_t n, const tfb_sgd_hparams *hp) {
     if (n == 0) return TFB_OK;
-    k_sgd<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, buf, n, *hp, NULL, 0, 0);
+    k_sgd<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, buf, n, *hp, NULL, 0, 0, NULL, 0);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
 static tfb_status cuda_sgd_pool(void *ctx, float *w, const float *g, float *buf, size_t n, const uint64_t *runs,
-                                int n_runs, const tfb_sgd_hparams *hp) {
+                                int n_runs, const tfb_sgd_hparams *hp, void *w_lp, tfb_dtype lp_type) {
     if (n == 0) return TFB_OK;
-    k_sgd<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, buf, n, *hp, runs, n_runs, 1);
+    k_sgd<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(w, g, buf, n, *hp, runs, n_runs, 1, w_lp,
+                                                               (int)lp_type);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
