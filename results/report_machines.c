@@ -154,8 +154,8 @@ static void gpu_link_words(const cJSON *matrix, char *out, size_t cap) {
             const cJSON *c = cJSON_GetArrayItem(cJSON_GetArrayItem(matrix, i), j);
             if (!cJSON_IsString(c)) continue;
             if (strncmp(c->valuestring, "NV", 2) == 0) {
-                int links = atoi(c->valuestring + 2);
-                if (worst < 0 && links < worst_nv) worst_nv = links;
+                long links = strtol(c->valuestring + 2, NULL, 10);
+                if (worst < 0 && links >= 0 && links < worst_nv) worst_nv = (int)links;
             }
             for (int k = 0; k < 5; k++)
                 if (strcmp(c->valuestring, ORDER[k]) == 0 && k > worst) worst = k;
@@ -172,7 +172,7 @@ static void machine_link(machine *m) {
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(m->run.cfg[i].config, "backend");
         gpu |= cJSON_IsString(b) && strcmp(b->valuestring, "cpu") != 0;
         double nj = tfb_json_number(m->run.cfg[i].config, "nodes_in_job", 1);
-        if (nj > nodes) nodes = (int)nj;
+        if (nj > nodes) nodes = nj < 1 << 24 ? (int)nj : 1 << 24;
     }
     const cJSON *topo = cJSON_GetObjectItemCaseSensitive(m->run.root, "topology");
     char words[40] = "";
@@ -186,17 +186,35 @@ static void text_field(const cJSON *config, const char *key, char *out, size_t c
     snprintf(out, cap, "%s", cJSON_IsString(v) ? v->valuestring : missing);
 }
 
-static workload workload_of(const cJSON *c) {
-    workload w = {0};
-    text_field(c, "model", w.model, sizeof w.model, "?");
-    text_field(c, "precision", w.precision, sizeof w.precision, "?");
-    text_field(c, "scaling", w.scaling, sizeof w.scaling, "weak");
-    w.seq_len = strncmp(w.model, "bert", 4) == 0 ? (int)tfb_json_number(c, "seq_len", 0) : 0;
-    w.image_size = strncmp(w.model, "resnet", 6) == 0 ? (int)tfb_json_number(c, "image_size", 0) : 0;
-    double ranks = tfb_json_number(c, "ranks", 1), global = tfb_json_number(c, "global_batch", -1);
-    if (global < 0) global = tfb_json_number(c, "batch_per_rank", 0) * ranks;
-    w.batch = (int)(strcmp(w.scaling, "strong") == 0 || ranks < 1 ? global : global / ranks);
-    return w;
+/* A whole-number field of a config within [lo, hi] into *out (`missing` when absent); 0 with a one-line reason in
+ * why otherwise, so that a file with a count no run can have is refused rather than cast out of range. */
+static int count_field(const cJSON *c, const char *key, double missing, double lo, double hi, int *out, char *why,
+                       size_t cap) {
+    double v = tfb_json_number(c, key, missing);
+    if (!(v >= lo && v <= hi) || v != floor(v)) {
+        snprintf(why, cap, "config field '%s' is not a whole number from %.0f to %.0f", key, lo, hi);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+static int workload_of(const cJSON *c, workload *w, char *why, size_t cap) {
+    memset(w, 0, sizeof *w);
+    text_field(c, "model", w->model, sizeof w->model, "?");
+    text_field(c, "precision", w->precision, sizeof w->precision, "?");
+    text_field(c, "scaling", w->scaling, sizeof w->scaling, "weak");
+    int ranks, per_rank, global;
+    if (strncmp(w->model, "bert", 4) == 0 && !count_field(c, "seq_len", 0, 0, 1 << 24, &w->seq_len, why, cap)) return 0;
+    if (strncmp(w->model, "resnet", 6) == 0 &&
+        !count_field(c, "image_size", 0, 0, 1 << 24, &w->image_size, why, cap))
+        return 0;
+    if (!count_field(c, "ranks", 1, 1, 1 << 24, &ranks, why, cap) ||
+        !count_field(c, "batch_per_rank", 0, 0, 1 << 24, &per_rank, why, cap) ||
+        !count_field(c, "global_batch", (double)per_rank * ranks, 0, 1e9, &global, why, cap))
+        return 0;
+    w->batch = strcmp(w->scaling, "strong") == 0 ? global : global / ranks;
+    return 1;
 }
 
 static int workload_index(report *r, const workload *w) {
@@ -208,8 +226,13 @@ static int workload_index(report *r, const workload *w) {
 }
 
 /* Keeps the best throughput per (workload, machine, devices). */
-static int point_add(report *r, int m, const tfb_run_config *c) {
-    workload w = workload_of(c->config);
+static int point_add(report *r, int m, const tfb_run_config *c, const char *path) {
+    workload w;
+    char why[160], msg[700];
+    if (!workload_of(c->config, &w, why, sizeof why)) {
+        snprintf(msg, sizeof msg, "%s: %s", path, why);
+        return bad("%s", msg);
+    }
     int wi = workload_index(r, &w), devices = (int)tfb_json_number(c->config, "ranks", 1);
     if (wi < 0) return bad("%s", "more than 64 distinct workloads");
     const cJSON *sum = cJSON_GetObjectItemCaseSensitive(c->item, "summary");
@@ -243,7 +266,7 @@ static int machines_load(report *r, int argc, char **argv) {
         if (!ok) return bad("%s", err);
         machine_link(m);
         for (int c = 0; c < m->run.n_cfg; c++)
-            if (!point_add(r, r->n_m - 1, &m->run.cfg[c])) return 0;
+            if (!point_add(r, r->n_m - 1, &m->run.cfg[c], path)) return 0;
     }
     return 1;
 }

@@ -478,7 +478,11 @@ def test_report():
     rc, out, err = report("--format", "markdown", "A=" + path("rep_a"))
     check("report_markdown", rc == 0 and "| machine " in out and "|---|" in out, out)
     bad_prices = os.path.join(TMP, "bad_prices.csv")
+    huge = json.load(open(path("rep_a")))
+    for c in huge["configurations"]:
+        c["config"]["ranks"] = 8.9e81  # the fuzzer's finding: once cast to int out of range
     for name, content, argv in (("missing_file", None, [path("nope")]), ("not_json", "x", [path("bad_report")]),
+                                ("ranks_out_of_range", json.dumps(huge), [path("bad_report")]),
                                 ("bad_price", "machine,price,power_w\nA,-3\n", ["--prices", bad_prices, "A=" + path("rep_a")]),
                                 ("bad_header", "label,price\nA,3\n", ["--prices", bad_prices, "A=" + path("rep_a")]),
                                 ("duplicate_label", None, [path("rep_a"), path("rep_a")]),
