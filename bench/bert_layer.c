@@ -5,9 +5,14 @@
  * layer does not grow with the batch. The softmax scale is applied inside the softmax op.
  *
  * Every activation a GEMM reads is made once, in the GEMM type, by the op that produces it where the op can write
- * that type (the head-major permutes, attention dropout, GELU, the softmax backward), else by one cast kept for the
- * backward (the layer input, x1): the backward's weight-gradient GEMMs read the forward's operands, with no second
- * cast and no second permute. Only the incoming gradients are cast before their GEMMs. No allocation happens here.
+ * that type (the head-major permutes, attention dropout, GELU, the softmax backward, the LayerNorm giving x1), else
+ * by one cast kept for the backward (the layer input): the backward's weight-gradient GEMMs read the forward's
+ * operands, with no second cast and no second permute. Only the incoming gradients are cast before their GEMMs.
+ *
+ * Each sublayer ends in one fused op (residual_ln_fwd): its output projection's bias, dropout, the residual sum and
+ * LayerNorm in one pass, instead of four. Its backward (residual_ln_bwd) gives both the residual's gradient and the
+ * projection's; the residual's is then accumulated by the GEMM that adds the branch's input gradient to it (beta 1),
+ * with no separate sum outside tensor parallelism. No allocation happens here.
  */
 #include <math.h>
 #include "bert_layer.h"
@@ -86,13 +91,20 @@ static tfb_status linear_bwd_weight(const bert_ctx *c, float *dw, float *db, con
     return db ? c->be->bias_grad(c->be->ctx, db, dout, n, out_f) : TFB_OK;
 }
 
-/* As bert_linear_bwd, the input given as its GEMM operand x. */
-static tfb_status linear_bwd_op(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const void *x,
-                                const float *w, int n, int in_f, int out_f) {
+/* As bert_linear_bwd, the input given as its GEMM operand x, and din = dX + din_beta * din (1: accumulated by the
+ * GEMM, as a residual's gradient is). */
+static tfb_status linear_bwd_beta(const bert_ctx *c, float *din, float din_beta, float *dw, float *db,
+                                  const float *dout, const void *x, const float *w, int n, int in_f, int out_f) {
     const void *dy;
     TFB_CHECK(lp_act(c, 0, dout, (size_t)n * out_f, &dy));
-    if (din) TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, in_f, 0, 1));
+    if (din)
+        TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, din_beta, din, in_f, 0, 1));
     return dw ? linear_bwd_weight(c, dw, db, dy, dout, x, n, in_f, out_f) : TFB_OK;
+}
+
+static tfb_status linear_bwd_op(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const void *x,
+                                const float *w, int n, int in_f, int out_f) {
+    return linear_bwd_beta(c, din, 0.0f, dw, db, dout, x, w, n, in_f, out_f);
 }
 
 tfb_status bert_linear_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const float *in,
@@ -108,12 +120,13 @@ int bert_ctx_local_width(const bert_ctx *c) {
 
 static int has_group(const bert_ctx *c) { return c->tp && c->tp->size > 1; }
 
-tfb_status bert_row_parallel_fwd(const bert_ctx *c, float *out, const void *x, const float *w, const float *b,
-                                 int n, int in_f, int out_f) {
-    if (!has_group(c)) return linear_fwd_op(c, out, x, w, b, n, in_f, out_f);
+/* out (n, out_f) = x W^T summed over the tensor group: a row-parallel linear layer without its bias, which the
+ * residual LayerNorm reading out adds (after the sum, once). */
+static tfb_status row_parallel_fwd(const bert_ctx *c, float *out, const void *x, const float *w, int n, int in_f,
+                                   int out_f) {
     TFB_CHECK(linear_fwd_op(c, out, x, w, NULL, n, in_f, out_f));
-    TFB_CHECK(tfb_workload_tp_allreduce(c->wl, c->tp, out, (size_t)n * out_f, TFB_SUM));
-    return c->be->bias_add(c->be->ctx, out, b, n, out_f);
+    if (!has_group(c)) return TFB_OK;
+    return tfb_workload_tp_allreduce(c->wl, c->tp, out, (size_t)n * out_f, TFB_SUM);
 }
 
 /* As bert_col_parallel_bwd, the input given as its GEMM operand x. */
@@ -215,33 +228,41 @@ static tfb_status attention_fwd(const bert_ctx *c, int layer, bert_layer_acts *a
     return from_heads(c, &h, a->ctx, c->gemm_type, h.W, h.o);
 }
 
-/* out (N, H) = residual + Dropout(proj), then LayerNorm into y. proj is overwritten. */
-static tfb_status residual_ln_fwd(const bert_ctx *c, uint32_t site, float *proj, const float *residual, float *h,
-                                  float *mean, float *rstd, float *y, const float *g, const float *beta) {
-    size_t n = (size_t)c->batch * c->seq * c->hidden;
-    TFB_CHECK(c->be->dropout_fwd(c->be->ctx, proj, TFB_F32, proj, n, c->dropout,
-                                 bert_dropout_key(c, site, c->sample0 * (size_t)c->seq * c->hidden)));
-    TFB_CHECK(c->be->residual_add(c->be->ctx, h, residual, proj, n));
-    return c->be->layernorm_fwd(c->be->ctx, y, mean, rstd, h, g, beta, c->batch * c->seq, c->hidden, 1e-12f);
+/* A sublayer's residual, dropout and LayerNorm (ln 1 or 2): h = residual + Dropout(proj + bias), y = LN(h), and
+ * y's 16-bit copy into y_lp when set. */
+static tfb_residual_ln_desc residual_ln_of(const bert_ctx *c, int layer, int ln, const bert_layer_w *w,
+                                           const bert_layer_acts *a) {
+    int site = ln == 1 ? SITE_ATTN_OUT : SITE_FFN_OUT;
+    tfb_residual_ln_desc d = {.lp_type = c->gemm_type, .rows = c->batch * c->seq, .cols = c->hidden, .eps = 1e-12f,
+                              .p = c->dropout,
+                              .key = bert_dropout_key(c, site_of(layer, site),
+                                                      c->sample0 * (size_t)c->seq * c->hidden)};
+    d.h = ln == 1 ? a->h1 : a->h2;
+    d.mean = ln == 1 ? a->ln1_mean : a->ln2_mean;
+    d.rstd = ln == 1 ? a->ln1_rstd : a->ln2_rstd;
+    d.gamma = ln == 1 ? w->ln1_g : w->ln2_g;
+    d.beta = ln == 1 ? w->ln1_b : w->ln2_b;
+    d.bias = ln == 1 ? w->ao_b : w->ff2_b;
+    return d;
 }
 
 tfb_status bert_layer_fwd(const bert_ctx *c, int layer, const bert_layer_w *w, const float *x, bert_layer_acts *a) {
     int N = c->batch * c->seq, H = c->hidden, F = c->ffn, W = bert_ctx_local_width(c);
     float *proj = a->y; /* y is written last: use it as the projection buffer first */
-    const void *xo, *x1o;
+    const void *xo;
     TFB_CHECK(keep_operand(c, a->x_lp, x, (size_t)N * H, &xo));
     TFB_CHECK(linear_fwd_op(c, a->qkv, xo, w->qkv_w, w->qkv_b, N, H, 3 * W));
     TFB_CHECK(attention_fwd(c, layer, a));
-    TFB_CHECK(bert_row_parallel_fwd(c, proj, a->ctx, w->ao_w, w->ao_b, N, W, H));
-    TFB_CHECK(residual_ln_fwd(c, site_of(layer, SITE_ATTN_OUT), proj, x, a->h1, a->ln1_mean, a->ln1_rstd, a->x1,
-                              w->ln1_g, w->ln1_b));
-    TFB_CHECK(keep_operand(c, a->x1_lp, a->x1, (size_t)N * H, &x1o));
-    TFB_CHECK(linear_fwd_op(c, a->u, x1o, w->ff1_w, NULL, N, H, F));
+    TFB_CHECK(row_parallel_fwd(c, proj, a->ctx, w->ao_w, N, W, H));
+    tfb_residual_ln_desc d = residual_ln_of(c, layer, 1, w, a);
+    d.x = proj, d.residual = x, d.y = a->x1, d.y_lp = a->x1_lp;
+    TFB_CHECK(c->be->residual_ln_fwd(c->be->ctx, &d));
+    TFB_CHECK(linear_fwd_op(c, a->u, kept_operand(a->x1_lp, a->x1), w->ff1_w, NULL, N, H, F));
     TFB_CHECK(c->be->bias_act_fwd(c->be->ctx, TFB_ACT_GELU, a->g, c->gemm_type, a->u, w->ff1_b, N, F));
-    TFB_CHECK(bert_row_parallel_fwd(c, proj, a->g, w->ff2_w, w->ff2_b, N, F, H));
-    TFB_CHECK(residual_ln_fwd(c, site_of(layer, SITE_FFN_OUT), proj, a->x1, a->h2, a->ln2_mean, a->ln2_rstd, proj,
-                              w->ln2_g, w->ln2_b));
-    return TFB_OK;
+    TFB_CHECK(row_parallel_fwd(c, proj, a->g, w->ff2_w, N, F, H));
+    d = residual_ln_of(c, layer, 2, w, a);
+    d.x = proj, d.residual = a->x1, d.y = a->y;
+    return c->be->residual_ln_fwd(c->be->ctx, &d);
 }
 
 /* From dctx (N, Hl) to dqkv (N, 3Hl), through the saved qkv_hm, att and att_d. The context gradient goes
@@ -267,28 +288,30 @@ static tfb_status attention_bwd(const bert_ctx *c, int layer, const bert_layer_a
     return from_heads(c, &h, sc->dqkv + h.W, TFB_F32, W3, h.t);
 }
 
+/* din (n, in_f) += a column-parallel layer's dX. On one rank the GEMM accumulates it (beta 1); in a tensor group dX
+ * is summed over the group in scratch (n, in_f) first, then added. */
+static tfb_status col_parallel_bwd_acc(const bert_ctx *c, float *din, float *scratch, float *dw, float *db,
+                                       const float *dout, const void *x, const float *w, int n, int in_f, int out_f) {
+    if (!has_group(c)) return linear_bwd_beta(c, din, 1.0f, dw, db, dout, x, w, n, in_f, out_f);
+    TFB_CHECK(col_parallel_bwd_op(c, scratch, dw, db, dout, x, w, n, in_f, out_f));
+    return c->be->residual_add(c->be->ctx, din, din, scratch, (size_t)n * in_f);
+}
+
 tfb_status bert_layer_bwd(const bert_ctx *c, int layer, const bert_layer_w *w, const bert_layer_w *dw,
                           const float *x, const bert_layer_acts *a, const bert_layer_scratch *s, float *grad) {
     tfb_backend *be = c->be;
     int N = c->batch * c->seq, H = c->hidden, F = c->ffn, W = bert_ctx_local_width(c);
-    size_t nh = (size_t)N * H, elem0 = c->sample0 * (size_t)c->seq * H;
-    /* grad holds dy; t1 <- dh2 */
-    TFB_CHECK(be->layernorm_bwd(be->ctx, s->t1, dw->ln2_g, dw->ln2_b, grad, a->h2, a->ln2_mean, a->ln2_rstd,
-                                w->ln2_g, N, H));
-    TFB_CHECK(be->dropout_bwd(be->ctx, s->t2, s->t1, nh, c->dropout,
-                              bert_dropout_key(c, site_of(layer, SITE_FFN_OUT), elem0)));
+    tfb_residual_ln_desc d2 = residual_ln_of(c, layer, 2, w, a), d1 = residual_ln_of(c, layer, 1, w, a);
+    /* grad holds dy; t1 <- dh2 (x1's gradient through the residual), t2 <- the FFN output's gradient */
+    TFB_CHECK(be->residual_ln_bwd(be->ctx, &d2, s->t1, s->t2, dw->ln2_g, dw->ln2_b, grad));
     TFB_CHECK(linear_bwd_op(c, s->dff, dw->ff2_w, dw->ff2_b, s->t2, a->g, w->ff2_w, N, F, H));
     TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, s->dff, dw->ff1_b, s->dff, a->u, N, F));
-    TFB_CHECK(col_parallel_bwd_op(c, s->t2, dw->ff1_w, NULL, s->dff, kept_operand(a->x1_lp, a->x1), w->ff1_w, N, H,
-                                  F));
-    TFB_CHECK(be->residual_add(be->ctx, s->t1, s->t1, s->t2, nh)); /* t1 <- dx1 */
-    TFB_CHECK(be->layernorm_bwd(be->ctx, s->t2, dw->ln1_g, dw->ln1_b, s->t1, a->h1, a->ln1_mean, a->ln1_rstd,
-                                w->ln1_g, N, H)); /* t2 <- dh1 */
-    TFB_CHECK(be->dropout_bwd(be->ctx, s->t1, s->t2, nh, c->dropout,
-                              bert_dropout_key(c, site_of(layer, SITE_ATTN_OUT), elem0)));
-    TFB_CHECK(linear_bwd_op(c, grad, dw->ao_w, dw->ao_b, s->t1, a->ctx, w->ao_w, N, W, H)); /* grad <- dctx */
-    TFB_CHECK(attention_bwd(c, layer, a, grad, s));
-    TFB_CHECK(col_parallel_bwd_op(c, s->t1, dw->qkv_w, dw->qkv_b, s->dqkv, kept_operand(a->x_lp, x), w->qkv_w, N, H,
-                                  3 * W));
-    return be->residual_add(be->ctx, grad, s->t1, s->t2, nh);
+    TFB_CHECK(col_parallel_bwd_acc(c, s->t1, s->t2, dw->ff1_w, NULL, s->dff, kept_operand(a->x1_lp, a->x1),
+                                   w->ff1_w, N, H, F)); /* t1 <- dx1 */
+    /* grad <- dh1 (the layer input's gradient through the residual), t2 <- the attention projection's gradient */
+    TFB_CHECK(be->residual_ln_bwd(be->ctx, &d1, grad, s->t2, dw->ln1_g, dw->ln1_b, s->t1));
+    TFB_CHECK(linear_bwd_op(c, s->t1, dw->ao_w, dw->ao_b, s->t2, a->ctx, w->ao_w, N, W, H)); /* t1 <- dctx */
+    TFB_CHECK(attention_bwd(c, layer, a, s->t1, s));
+    return col_parallel_bwd_acc(c, grad, s->t2, dw->qkv_w, dw->qkv_b, s->dqkv, kept_operand(a->x_lp, x), w->qkv_w,
+                                N, H, 3 * W);
 }

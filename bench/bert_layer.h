@@ -7,8 +7,8 @@
  * Mixed precision: every GEMM operand is in ctx->gemm_type (weights from the 16-bit copy kept in step with the FP32
  * masters). Activations that only GEMMs read (head-major Q, K, V, the dropped-out attention probabilities, the
  * context, the GELU output) are saved in that type only, written so by the ops that make them; the layer input and
- * x1, which LayerNorm's residuals also read, are saved in FP32 and as a 16-bit cast. Incoming gradients are cast
- * into scratch slots. Everything else is FP32. This file allocates nothing.
+ * x1, which LayerNorm's residuals also read, are saved in FP32 and in 16 bits (the input by a cast, x1 by LN1
+ * itself). Incoming gradients are cast into scratch slots. Everything else is FP32. This file allocates nothing.
  *
  * Tensor parallelism (Megatron-LM): a rank holds whole heads of Wqkv and rows of W1 (column-parallel) and the
  * matching columns of Wo and W2 (row-parallel); the outputs of Wo and W2 are summed over the tensor group before
@@ -97,10 +97,6 @@ typedef struct {
 size_t bert_layer_lp_elems(int batch, int seq, int hidden, int heads, int ffn);
 /* Width of this rank's heads (Hl). */
 int bert_ctx_local_width(const bert_ctx *c);
-/* out (n, out_f) = sum over the tensor group of x (n, in_f) W^T, then + b: a row-parallel linear layer; x is the
- * input already in the GEMM type. */
-tfb_status bert_row_parallel_fwd(const bert_ctx *c, float *out, const void *x, const float *w, const float *b,
-                                 int n, int in_f, int out_f);
 /* Backward of a column-parallel linear layer: din (n, in_f) summed over the group (started before the weight
  * gradient, completed after it); dW and db accumulate this rank's rows. */
 tfb_status bert_col_parallel_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout,

@@ -74,6 +74,24 @@ typedef struct {
     uint64_t offset;        /* global index of the call's element 0 */
 } tfb_dropout_key;
 
+/* The tail of a post-LN transformer sublayer, one row pass: h = residual + Dropout(x + bias), y = LayerNorm(h).
+ * x may alias h or y (each row is read whole before it is written). */
+typedef struct {
+    float *h;               /* (rows, cols) out: LayerNorm's input, saved for the backward */
+    float *y;               /* (rows, cols) out */
+    void *y_lp;             /* (rows, cols) out: y again in lp_type, or NULL */
+    tfb_dtype lp_type;
+    float *mean, *rstd;     /* (rows) out */
+    const float *x;         /* (rows, cols) the sublayer's output, before its bias */
+    const float *bias;      /* (cols), or NULL */
+    const float *residual;  /* (rows, cols) */
+    const float *gamma, *beta; /* (cols) */
+    int rows, cols;
+    float eps;
+    float p;                /* dropout probability; element e of the block uses counter key.offset + e */
+    tfb_dropout_key key;
+} tfb_residual_ln_desc;
+
 struct tfb_comm; /* bench/comm.h */
 
 typedef struct tfb_backend tfb_backend;
@@ -135,6 +153,14 @@ struct tfb_backend {
     tfb_status (*layernorm_bwd)(void *ctx, float *din, float *dgamma, float *dbeta, const float *dout,
                                 const float *in, const float *mean, const float *rstd, const float *gamma, int n,
                                 int h);
+    /* Forward as tfb_residual_ln_desc says; the same values as bias_add, dropout_fwd, residual_add and
+     * layernorm_fwd (and a cast for y_lp) in turn. */
+    tfb_status (*residual_ln_fwd)(void *ctx, const tfb_residual_ln_desc *d);
+    /* Its backward from dy (rows, cols), through d's h, mean, rstd, gamma and dropout: dh = LayerNorm's input
+     * gradient (the residual's), dx = Dropout's backward of dh (x's and the bias's); dgamma, dbeta (cols) +=.
+     * The bias gradient is the caller's (bias_grad of dx). */
+    tfb_status (*residual_ln_bwd)(void *ctx, const tfb_residual_ln_desc *d, float *dh, float *dx, float *dgamma,
+                                  float *dbeta, const float *dy);
 
     /* out (rows, cols) = softmax(scale * in) per row; when key_len != NULL, columns >= key_len[r / rows_per_key]
      * are masked out (probability 0). */

@@ -236,6 +236,61 @@ static void check_layernorm(void) {
     release(&dx); release(&dg); release(&db);
 }
 
+/* The fused residual + dropout + LayerNorm (a transformer sublayer's tail): rows of 1000 columns from counter 13,
+ * so rows straddle the four-counter Philox groups. */
+typedef struct { pair x, bias, res, g, beta, h, y, lp, mean, rstd, dy, dh, dx, dg, db; int n, cols; } rln_bufs;
+
+static tfb_residual_ln_desc rln_desc(const rln_bufs *r, int b, tfb_dtype t, float p) {
+    return (tfb_residual_ln_desc){.h = F(r->h), .y = F(r->y), .y_lp = t == TFB_F32 ? NULL : V(r->lp), .lp_type = t,
+                                  .mean = F(r->mean), .rstd = F(r->rstd), .x = F(r->x), .bias = F(r->bias),
+                                  .residual = F(r->res), .gamma = F(r->g), .beta = F(r->beta), .rows = r->n,
+                                  .cols = r->cols, .eps = 1e-5f, .p = p,
+                                  .key = {.seed = 5, .site = 17, .step = 3, .offset = 13}};
+}
+
+static tfb_status rln_fwd(tfb_backend *be, const rln_bufs *r, int b, tfb_dtype t, float p, void *x_and_y) {
+    tfb_residual_ln_desc d = rln_desc(r, b, t, p);
+    if (x_and_y) d.x = d.y = x_and_y; /* in place, as BERT's second sublayer runs it */
+    return be->residual_ln_fwd(be->ctx, &d);
+}
+
+static tfb_status rln_bwd(tfb_backend *be, const rln_bufs *r, int b, float p) {
+    tfb_residual_ln_desc d = rln_desc(r, b, TFB_F32, p);
+    return be->residual_ln_bwd(be->ctx, &d, F(r->dh), F(r->dx), F(r->dg), F(r->db), F(r->dy));
+}
+
+/* FP32 (t): the forward, the same in place, and the backward; FP16/BF16: the 16-bit copy of y. */
+static void check_residual_ln(tfb_dtype t, float p) {
+    rln_bufs r = {.n = 130, .cols = 1000};
+    size_t nh = (size_t)r.n * r.cols, c = (size_t)r.cols;
+    r.x = rand_f32(nh, -2, 2), r.bias = rand_f32(c, -1, 1), r.res = rand_f32(nh, -2, 2), r.g = rand_f32(c, 0.5f, 1.5f);
+    r.beta = rand_f32(c, -1, 1), r.h = poisoned(nh), r.y = poisoned(nh), r.lp = poisoned16(nh);
+    r.mean = poisoned((size_t)r.n), r.rstd = poisoned((size_t)r.n), r.dy = rand_f32(nh, -1, 1), r.dh = poisoned(nh);
+    r.dx = poisoned(nh), r.dg = rand_f32(c, -1, 1), r.db = rand_f32(c, -1, 1);
+    pair xy = poisoned(nh), lpw = poisoned(nh);
+    char name[48];
+    BOTH(rln_fwd(be, &r, b, t, p, NULL));
+    if (t != TFB_F32) {
+        BOTH(be->cast(be->ctx, F(lpw), TFB_F32, V(r.lp), t, nh));
+        snprintf(name, sizeof name, "residual_ln_fwd y16 p=%g", p);
+        verdict(name, prec_name(t, 0), TOL_16, &lpw, 1);
+    } else {
+        pair fwd[4] = {r.h, r.y, r.mean, r.rstd};
+        snprintf(name, sizeof name, "residual_ln_fwd p=%g", p);
+        verdict(name, "fp32", TOL_FP32, fwd, 4);
+        BOTH(be->copy_2d(be->ctx, F(xy), r.cols, F(r.x), r.cols, r.n, r.cols));
+        BOTH(rln_fwd(be, &r, b, t, p, F(xy)));
+        snprintf(name, sizeof name, "residual_ln_fwd in place p=%g", p);
+        verdict(name, "fp32", TOL_FP32, &xy, 1);
+        BOTH(rln_bwd(be, &r, b, p));
+        pair bwd[4] = {r.dh, r.dx, r.dg, r.db};
+        snprintf(name, sizeof name, "residual_ln_bwd p=%g", p);
+        verdict(name, "fp32", TOL_FP32, bwd, 4);
+    }
+    pair all[] = {r.x, r.bias, r.res, r.g, r.beta, r.h, r.y, r.lp, r.mean, r.rstd, r.dy, r.dh, r.dx, r.dg, r.db, xy, lpw};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
+}
+
 static void check_softmax(void) {
     int rows = 96, cols = 128;
     size_t n = (size_t)rows * cols;
@@ -672,6 +727,10 @@ static void gc_run_all(void) {
     }
     check_embedding();
     check_layernorm();
+    check_residual_ln(TFB_F32, 0.1f);
+    check_residual_ln(TFB_F32, 0.0f);
+    check_residual_ln(TFB_F16, 0.1f);
+    check_residual_ln(TFB_BF16, 0.1f);
     check_softmax();
     check_elementwise();
     check_add_relu(TFB_F32, TFB_F32);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include "check.h"
 #include "fd.h"
+#include "rel_error.h"
 #include "../kernels/backend.h"
 #include "../kernels/half.h"
 #include "../kernels/philox.h"
@@ -37,6 +38,59 @@ static void test_layernorm(void) {
     EXPECT("layernorm_bwd_input_vs_fd", ex < FD_TOL, "rel err %g", ex);
     EXPECT("layernorm_bwd_gamma_vs_fd", eg < FD_TOL, "rel err %g", eg);
     EXPECT("layernorm_bwd_beta_vs_fd", eb < FD_TOL, "rel err %g", eb);
+}
+
+/* ---- residual + dropout + LayerNorm, fused: the separate ops' values, and its backward against differences ---- */
+typedef struct { tfb_residual_ln_desc d; float *x, *res, *bias, *r; } rln_case;
+static double rln_loss(void *p) {
+    rln_case *c = p;
+    be->residual_ln_fwd(be->ctx, &c->d);
+    return dot(c->d.y, c->r, (size_t)c->d.rows * c->d.cols);
+}
+
+/* The unfused sequence the layer ran before: bias_add, dropout_fwd, residual_add, layernorm_fwd, cast. */
+static void rln_separate(const rln_case *c, float *h, float *y, uint16_t *y_lp, float *mean, float *rstd) {
+    const tfb_residual_ln_desc *d = &c->d;
+    size_t n = (size_t)d->rows * d->cols;
+    memcpy(h, c->x, n * 4);
+    be->bias_add(be->ctx, h, c->bias, d->rows, d->cols);
+    be->dropout_fwd(be->ctx, h, TFB_F32, h, n, d->p, d->key);
+    be->residual_add(be->ctx, h, c->res, h, n);
+    be->layernorm_fwd(be->ctx, y, mean, rstd, h, d->gamma, d->beta, d->rows, d->cols, d->eps);
+    be->cast(be->ctx, y_lp, TFB_BF16, y, TFB_F32, n);
+}
+
+static void test_residual_ln(void) {
+    rln_case c = {.d = {.rows = 5, .cols = 22, .eps = 1e-5f, .p = 0.3f, .lp_type = TFB_BF16,
+                        .key = {.seed = 9, .site = 4, .step = 2, .offset = 3}}}; /* rows straddle Philox groups */
+    size_t n = 5 * 22;
+    c.x = rand_vec(n), c.res = rand_vec(n), c.bias = rand_vec(22), c.r = rand_vec(n);
+    float *g = rand_vec(22), *b = rand_vec(22), *h = malloc(n * 4), *y = malloc(n * 4), *st = malloc(4 * 5 * 4);
+    float *h2 = malloc(n * 4), *y2 = malloc(n * 4), *x2 = malloc(n * 4);
+    uint16_t *lp = malloc(n * 2), *lp2 = malloc(n * 2);
+    c.d = (tfb_residual_ln_desc){.h = h, .y = y, .y_lp = lp, .lp_type = TFB_BF16, .mean = st, .rstd = st + 5, .x = c.x,
+                                 .bias = c.bias, .residual = c.res, .gamma = g, .beta = b, .rows = 5, .cols = 22,
+                                 .eps = 1e-5f, .p = 0.3f, .key = c.d.key};
+    rln_loss(&c);
+    rln_separate(&c, h2, y2, lp2, st + 10, st + 15);
+    int same = tfb_rel_error(h2, h, n) == 0 && tfb_rel_error(y2, y, n) == 0 && memcmp(lp, lp2, n * 2) == 0 &&
+               tfb_rel_error(st + 10, st, 10) == 0;
+    EXPECT("residual_ln_fwd_equals_bias_dropout_residual_layernorm_cast", same, "fused and separate ops differ");
+    memcpy(x2, c.x, n * 4); /* x aliasing y, as the layer's second sublayer calls it */
+    tfb_residual_ln_desc in_place = c.d;
+    in_place.x = x2, in_place.y = x2, in_place.y_lp = NULL;
+    be->residual_ln_fwd(be->ctx, &in_place);
+    EXPECT("residual_ln_fwd_in_place", tfb_rel_error(y2, x2, n) == 0, "x aliasing y changes y");
+    float *dh = malloc(n * 4), *dx = malloc(n * 4), *dg = calloc(22, 4), *db = calloc(22, 4), *dbias = calloc(22, 4);
+    be->residual_ln_bwd(be->ctx, &c.d, dh, dx, dg, db, c.r);
+    be->bias_grad(be->ctx, dbias, dx, 5, 22);
+    double ex = fd_error(c.x, n, dx, rln_loss, &c), er = fd_error(c.res, n, dh, rln_loss, &c);
+    double eb = fd_error(c.bias, 22, dbias, rln_loss, &c), eg = fd_error(g, 22, dg, rln_loss, &c);
+    double ebeta = fd_error(b, 22, db, rln_loss, &c);
+    EXPECT("residual_ln_bwd_vs_fd", ex < FD_TOL && er < FD_TOL && eb < FD_TOL && eg < FD_TOL && ebeta < FD_TOL,
+           "rel err x %g residual %g bias %g gamma %g beta %g", ex, er, eb, eg, ebeta);
+    free(h), free(y), free(st), free(h2), free(y2), free(x2), free(lp), free(lp2), free(dh), free(dx), free(dg);
+    free(db), free(dbias), free(g), free(b), free(c.x), free(c.res), free(c.bias), free(c.r);
 }
 
 /* ---- softmax with scale and key mask ---- */
@@ -436,6 +490,7 @@ int main(void) {
     char why[128];
     if (tfb_backend_open(&(tfb_backend_spec){.name = "cpu", .threads = 2}, &be, why, sizeof why) != TFB_OK) { printf("FAIL backend_open: %s\n", why); return 1; }
     test_layernorm();
+    test_residual_ln();
     test_softmax();
     test_act(TFB_ACT_GELU, "gelu_bwd_vs_fd");
     test_act(TFB_ACT_TANH, "tanh_bwd_vs_fd");

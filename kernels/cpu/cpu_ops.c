@@ -240,6 +240,31 @@ static tfb_status cpu_dropout_bwd(void *ctx, float *din, const float *dout, size
     return cpu_dropout_fwd(ctx, din, TFB_F32, dout, n, p, key);
 }
 
+/* The reference is the composition itself, op by op in the order the unfused layer ran them: h = x + bias, h =
+ * Dropout(h), h = residual + h, y = LayerNorm(h), then y's narrowed copy. */
+static tfb_status cpu_residual_ln_fwd(void *ctx, const tfb_residual_ln_desc *d) {
+    size_t n = (size_t)d->rows * d->cols;
+    if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < d->rows; i++)
+        for (int j = 0; j < d->cols; j++) {
+            size_t e = (size_t)i * d->cols + j;
+            d->h[e] = d->bias ? d->x[e] + d->bias[j] : d->x[e];
+        }
+    TFB_CHECK(cpu_dropout_fwd(ctx, d->h, TFB_F32, d->h, n, d->p, d->key));
+    TFB_CHECK(cpu_residual_add(ctx, d->h, d->residual, d->h, n));
+    TFB_CHECK(cpu_layernorm_fwd(ctx, d->y, d->mean, d->rstd, d->h, d->gamma, d->beta, d->rows, d->cols, d->eps));
+    if (d->y_lp) tfb_cpu_narrow(d->y_lp, d->lp_type, d->y, n);
+    return TFB_OK;
+}
+
+static tfb_status cpu_residual_ln_bwd(void *ctx, const tfb_residual_ln_desc *d, float *dh, float *dx, float *dgamma,
+                                      float *dbeta, const float *dy) {
+    if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
+    TFB_CHECK(cpu_layernorm_bwd(ctx, dh, dgamma, dbeta, dy, d->h, d->mean, d->rstd, d->gamma, d->rows, d->cols));
+    return cpu_dropout_bwd(ctx, dx, dh, (size_t)d->rows * d->cols, d->p, d->key);
+}
+
 static tfb_status cpu_xent_fwd(void *ctx, float *loss_sum, const float *logits, const int *labels, int n, int v) {
     (void)ctx;
     double total = 0.0;
@@ -372,6 +397,8 @@ void tfb_cpu_ops_install(tfb_backend *be) {
     be->embedding_bwd = cpu_embedding_bwd;
     be->layernorm_fwd = cpu_layernorm_fwd;
     be->layernorm_bwd = cpu_layernorm_bwd;
+    be->residual_ln_fwd = cpu_residual_ln_fwd;
+    be->residual_ln_bwd = cpu_residual_ln_bwd;
     be->softmax_fwd = cpu_softmax_fwd;
     be->softmax_bwd = cpu_softmax_bwd;
     be->act_fwd = cpu_act_fwd;

@@ -131,6 +131,113 @@ static tfb_status cuda_layernorm_bwd(void *ctx, float *din, float *dgamma, float
     return TFB_OK;
 }
 
+/* ---- residual + dropout + LayerNorm: the tail of a transformer sublayer, one block per row ---- */
+
+/* Element j of the row: x + bias, as the CPU's bias pass forms it. */
+__device__ __forceinline__ float rln_in(const tfb_residual_ln_desc &d, size_t row, int j) {
+    return d.bias ? d.x[row + j] + d.bias[j] : d.x[row + j];
+}
+
+/* h = residual + Dropout(x + bias) over the row; returns this thread's partial sum of h. With dropout each thread
+ * takes whole groups of four counters, so one Philox block serves four elements as in k_dropout. */
+__device__ float rln_row_h(const tfb_residual_ln_desc &d, size_t row) {
+    float s = 0.0f;
+    if (d.p <= 0.0f) {
+        TFB_ROW_LOOP(j, d.cols) { float h = d.residual[row + j] + rln_in(d, row, j); d.h[row + j] = h; s += h; }
+        return s;
+    }
+    tfb_dropout_key k = d.key;
+    k.offset += row;
+    uint64_t g0, g1;
+    tfb_dropout_groups(k, (size_t)d.cols, &g0, &g1);
+    for (uint64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) {
+        float f[4];
+        tfb_dropout_factors(k, d.p, g, f);
+        for (int q = 0; q < 4; q++) {
+            long long j = tfb_dropout_elem(k, (size_t)d.cols, g, q);
+            if (j < 0) continue;
+            float h = d.residual[row + j] + (f[q] > 0.0f ? rln_in(d, row, (int)j) * f[q] : 0.0f);
+            d.h[row + j] = h;
+            s += h;
+        }
+    }
+    return s;
+}
+
+/* Each row's x is read whole (and h written) before the first block-wide sum, so x may alias h or y. */
+__global__ void k_residual_ln_fwd(tfb_residual_ln_desc d) {
+    size_t row = (size_t)blockIdx.x * d.cols;
+    float mu = tfb_block_sum(rln_row_h(d, row)) / d.cols, ss = 0.0f;
+    TFB_ROW_LOOP(j, d.cols) ss += (d.h[row + j] - mu) * (d.h[row + j] - mu);
+    float r = rsqrtf(tfb_block_sum(ss) / d.cols + d.eps);
+    TFB_ROW_LOOP(j, d.cols) {
+        float y = (d.h[row + j] - mu) * r * d.gamma[j] + d.beta[j];
+        d.y[row + j] = y;
+        if (d.y_lp) tfb_store_elem(d.y_lp, (int)d.lp_type, row + j, y);
+    }
+    if (threadIdx.x == 0) { d.mean[blockIdx.x] = mu; d.rstd[blockIdx.x] = r; }
+}
+
+static tfb_status cuda_residual_ln_fwd(void *ctx, const tfb_residual_ln_desc *d) {
+    if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
+    if (d->rows == 0) return TFB_OK;
+    k_residual_ln_fwd<<<d->rows, ROW_THREADS, 0, S(ctx)>>>(*d);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+/* LayerNorm's input gradient of row element j, given the row's mean terms sg and sgx. */
+__device__ __forceinline__ float rln_dh(const tfb_residual_ln_desc &d, const float *dy, size_t row, int j, float mu,
+                                        float r, float sg, float sgx) {
+    float xhat = (d.h[row + j] - mu) * r;
+    return r * (dy[row + j] * d.gamma[j] - sg - xhat * sgx);
+}
+
+/* dh as k_layernorm_bwd computes din, and dx = Dropout's backward of dh in the same pass. */
+__global__ void k_residual_ln_bwd(tfb_residual_ln_desc d, float *dh, float *dx, const float *dy) {
+    size_t row = (size_t)blockIdx.x * d.cols;
+    float mu = d.mean[blockIdx.x], r = d.rstd[blockIdx.x], sg = 0.0f, sgx = 0.0f;
+    TFB_ROW_LOOP(j, d.cols) {
+        float g = dy[row + j] * d.gamma[j];
+        sg += g;
+        sgx += g * (d.h[row + j] - mu) * r;
+    }
+    sg = tfb_block_sum(sg) / d.cols;
+    sgx = tfb_block_sum(sgx) / d.cols;
+    if (d.p <= 0.0f) {
+        TFB_ROW_LOOP(j, d.cols) { float v = rln_dh(d, dy, row, j, mu, r, sg, sgx); dh[row + j] = v; dx[row + j] = v; }
+        return;
+    }
+    tfb_dropout_key k = d.key;
+    k.offset += row;
+    uint64_t g0, g1;
+    tfb_dropout_groups(k, (size_t)d.cols, &g0, &g1);
+    for (uint64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) {
+        float f[4];
+        tfb_dropout_factors(k, d.p, g, f);
+        for (int q = 0; q < 4; q++) {
+            long long j = tfb_dropout_elem(k, (size_t)d.cols, g, q);
+            if (j < 0) continue;
+            float v = rln_dh(d, dy, row, (int)j, mu, r, sg, sgx);
+            dh[row + j] = v;
+            dx[row + j] = f[q] > 0.0f ? v * f[q] : 0.0f;
+        }
+    }
+}
+
+static tfb_status cuda_residual_ln_bwd(void *ctx, const tfb_residual_ln_desc *d, float *dh, float *dx, float *dgamma,
+                                       float *dbeta, const float *dy) {
+    if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
+    if (d->rows == 0) return TFB_OK;
+    int n = d->rows, h = d->cols;
+    dim3 grid((h + COL_TX - 1) / COL_TX, col_row_blocks(n)), block(COL_TX, COL_TY);
+    k_layernorm_param_grads<<<grid, block, 0, S(ctx)>>>(dgamma, dbeta, dy, d->h, d->mean, d->rstd, n, h);
+    TFB_CHECK_LAUNCH();
+    k_residual_ln_bwd<<<n, ROW_THREADS, 0, S(ctx)>>>(*d, dh, dx, dy);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
 /* ---- softmax ---- */
 
 __global__ void k_softmax_fwd(float *out, const float *in, int cols, float scale, const int *key_len,
@@ -454,6 +561,8 @@ void tfb_cuda_ops_install(tfb_backend *be) {
     be->embedding_bwd = cuda_embedding_bwd;
     be->layernorm_fwd = cuda_layernorm_fwd;
     be->layernorm_bwd = cuda_layernorm_bwd;
+    be->residual_ln_fwd = cuda_residual_ln_fwd;
+    be->residual_ln_bwd = cuda_residual_ln_bwd;
     be->softmax_fwd = cuda_softmax_fwd;
     be->softmax_bwd = cuda_softmax_bwd;
     be->act_fwd = cuda_act_fwd;
