@@ -523,7 +523,7 @@ static tfb_status heads_bwd(bert_model *m, bert_slot *a, const bert_batch *d, fl
     TFB_CHECK(decoder_bwd(m, a, d, loss_scale / M));
     TFB_CHECK(be->layernorm_bwd(be->ctx, m->dm2, m->g.mlm_ln_g, m->g.mlm_ln_b, m->dm1, a->mlm_act, a->mlm_mean,
                                 a->mlm_rstd, m->w.mlm_ln_g, M, H));
-    TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, m->dm2, m->g.mlm_b, m->dm2, a->mlm_pre, M, H));
+    TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, m->dm2, TFB_F32, m->g.mlm_b, m->dm2, a->mlm_pre, M, H));
     TFB_CHECK(bert_linear_bwd(c, m->dm1, m->g.mlm_w, NULL, m->dm2, a->mlm_in, m->w.mlm_w, M, H, H));
     TFB_CHECK(be->fill(be->ctx, m->dy, 0.0f, (size_t)m->N * H));
     TFB_CHECK(be->embedding_bwd(be->ctx, m->dy, m->dm1, d->mlm_rows, M, H));

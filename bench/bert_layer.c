@@ -2,12 +2,16 @@
  *
  * Attention runs on head-major copies of Q, K and V (permuted out of the fused (N, 3H) projection), so each of its
  * GEMMs is one strided batched call over every (sample, head) pair, not one call per sample: the launch count per
- * layer does not grow with the batch. The softmax scale is applied inside the softmax op.
+ * layer does not grow with the batch. The probabilities and their dropout come from one row pass (attn_softmax_fwd,
+ * scale and key mask inside), and their gradient from one (attn_softmax_bwd).
  *
  * Every activation a GEMM reads is made once, in the GEMM type, by the op that produces it where the op can write
- * that type (the head-major permutes, attention dropout, GELU, the softmax backward, the LayerNorm giving x1), else
- * by one cast kept for the backward (the layer input): the backward's weight-gradient GEMMs read the forward's
- * operands, with no second cast and no second permute. Only the incoming gradients are cast before their GEMMs.
+ * that type (the head-major permutes, the attention softmax, GELU, the LayerNorm giving x1), else by one cast kept
+ * for the backward (the layer input): the backward's weight-gradient GEMMs read the forward's operands, with no
+ * second cast and no second permute. The same holds for gradients where their op can write the GEMM type (the GELU
+ * backward, the attention softmax's backward, dctx's permute); the others are cast before their GEMMs, the cast
+ * summing the bias gradient in the same pass. The QKV bias is added by the permute to heads, not by a pass of its
+ * own.
  *
  * Each sublayer ends in one fused op (residual_ln_fwd): its output projection's bias, dropout, the residual sum and
  * LayerNorm in one pass, instead of four. Its backward (residual_ln_bwd) gives both the residual's gradient and the
@@ -37,6 +41,17 @@ static tfb_status lp_act(const bert_ctx *c, int slot, const float *x, size_t n, 
     if (n > c->lp_elems) return TFB_ERR_ARG;
     TFB_CHECK(c->be->cast(c->be->ctx, c->lp[slot], c->gemm_type, x, TFB_F32, n));
     *out = c->lp[slot];
+    return TFB_OK;
+}
+
+/* dout's (n, out_f) GEMM operand: dout itself in FP32, else its cast into slot 0. The cast also adds dout's
+ * column sums to *db when set (the bias gradient, in the same pass) and clears *db, so it is not summed again. */
+static tfb_status grad_operand(const bert_ctx *c, const float *dout, int n, int out_f, float **db, const void **dy) {
+    if (c->gemm_type == TFB_F32 || !*db) return lp_act(c, 0, dout, (size_t)n * out_f, dy);
+    if ((size_t)n * out_f > c->lp_elems) return TFB_ERR_ARG;
+    TFB_CHECK(c->be->act_bias_bwd(c->be->ctx, TFB_ACT_GELU, c->lp[0], c->gemm_type, *db, dout, NULL, n, out_f));
+    *dy = c->lp[0];
+    *db = NULL;
     return TFB_OK;
 }
 
@@ -92,11 +107,13 @@ static tfb_status linear_bwd_weight(const bert_ctx *c, float *dw, float *db, con
 }
 
 /* As bert_linear_bwd, the input given as its GEMM operand x, and din = dX + din_beta * din (1: accumulated by the
- * GEMM, as a residual's gradient is). */
+ * GEMM, as a residual's gradient is). dy is dout's GEMM operand when its producer wrote one, else NULL (dout is
+ * cast into slot 0); dout itself is read only for db. */
 static tfb_status linear_bwd_beta(const bert_ctx *c, float *din, float din_beta, float *dw, float *db,
-                                  const float *dout, const void *x, const float *w, int n, int in_f, int out_f) {
-    const void *dy;
-    TFB_CHECK(lp_act(c, 0, dout, (size_t)n * out_f, &dy));
+                                  const float *dout, const void *dy, const void *x, const float *w, int n, int in_f,
+                                  int out_f) {
+    if (!dw) db = NULL;
+    if (!dy) TFB_CHECK(grad_operand(c, dout, n, out_f, &db, &dy));
     if (din)
         TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, din_beta, din, in_f, 0, 1));
     return dw ? linear_bwd_weight(c, dw, db, dy, dout, x, n, in_f, out_f) : TFB_OK;
@@ -104,7 +121,7 @@ static tfb_status linear_bwd_beta(const bert_ctx *c, float *din, float din_beta,
 
 static tfb_status linear_bwd_op(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const void *x,
                                 const float *w, int n, int in_f, int out_f) {
-    return linear_bwd_beta(c, din, 0.0f, dw, db, dout, x, w, n, in_f, out_f);
+    return linear_bwd_beta(c, din, 0.0f, dw, db, dout, NULL, x, w, n, in_f, out_f);
 }
 
 tfb_status bert_linear_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const float *in,
@@ -129,12 +146,13 @@ static tfb_status row_parallel_fwd(const bert_ctx *c, float *out, const void *x,
     return tfb_workload_tp_allreduce(c->wl, c->tp, out, (size_t)n * out_f, TFB_SUM);
 }
 
-/* As bert_col_parallel_bwd, the input given as its GEMM operand x. */
+/* As bert_col_parallel_bwd, the input given as its GEMM operand x, and dout's as dy (or NULL) as in
+ * linear_bwd_beta. */
 static tfb_status col_parallel_bwd_op(const bert_ctx *c, float *din, float *dw, float *db, const float *dout,
-                                      const void *x, const float *w, int n, int in_f, int out_f) {
-    if (!has_group(c)) return linear_bwd_op(c, din, dw, db, dout, x, w, n, in_f, out_f);
-    const void *dy; /* cast once: slot 0 holds it through both GEMMs */
-    TFB_CHECK(lp_act(c, 0, dout, (size_t)n * out_f, &dy));
+                                      const void *dy, const void *x, const float *w, int n, int in_f, int out_f) {
+    if (!has_group(c)) return linear_bwd_beta(c, din, 0.0f, dw, db, dout, dy, x, w, n, in_f, out_f);
+    if (!dw) db = NULL;
+    if (!dy) TFB_CHECK(grad_operand(c, dout, n, out_f, &db, &dy)); /* cast once: slot 0 holds it through both */
     TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, in_f, 0, 1));
     tfb_comm_request *req = NULL; /* dX's sum over the group runs while the weight gradient is computed */
     TFB_CHECK(c->tp->iallreduce(c->tp, din, (size_t)n * in_f, TFB_COMM_F32, TFB_SUM, &req));
@@ -150,26 +168,30 @@ tfb_status bert_col_parallel_bwd(const bert_ctx *c, float *din, float *dw, float
                                  const float *in, const float *w, int n, int in_f, int out_f) {
     const void *x;
     TFB_CHECK(lp_act(c, 1, in, (size_t)n * in_f, &x));
-    return col_parallel_bwd_op(c, din, dw, db, dout, x, w, n, in_f, out_f);
+    return col_parallel_bwd_op(c, din, dw, db, dout, NULL, x, w, n, in_f, out_f);
 }
 
 static uint32_t site_of(int layer, int place) { return (uint32_t)(layer + 1) * 8u + (uint32_t)place; }
 
-/* Dropout of attention probabilities, into out of type t (the GEMM type forward, FP32 backward). Without tensor
- * parallelism the batch's (batch, A, s, s) block is contiguous in the global counter space and takes one call; a
- * rank holding some of the heads takes one call per sample, its heads sitting at global head tp_rank * A. */
-static tfb_status attention_dropout(const bert_ctx *c, int layer, void *out, tfb_dtype t, const float *in, int bwd) {
-    int s = c->seq, A = c->heads, At = c->heads_total ? c->heads_total : A;
-    size_t per_sample = (size_t)A * s * s;
+/* Attention's softmax and its dropout, forward (din NULL: a->att, a->att_d from the scores in a->att) or backward
+ * (din of type t from datt, att_d's gradient, overwritten). Without tensor parallelism the batch's (batch, A, s, s)
+ * block is contiguous in the dropout's global counter space and takes one call; a rank holding some of the heads
+ * takes one call per sample, its heads sitting at global head tp_rank * A. */
+static tfb_status attention_softmax(const bert_ctx *c, int layer, const bert_layer_acts *a, float *datt, void *din,
+                                    tfb_dtype t) {
+    int s = c->seq, A = c->heads, At = c->heads_total ? c->heads_total : A, head_dim = bert_ctx_local_width(c) / A;
+    size_t per_sample = (size_t)A * s * s, esz = tfb_dtype_size(c->gemm_type);
     int calls = At == A ? 1 : c->batch;
-    size_t n = At == A ? per_sample * c->batch : per_sample;
     for (int b = 0; b < calls; b++) {
-        uint64_t elem0 = ((c->sample0 + (uint64_t)b) * At + (uint64_t)c->tp_rank * A) * s * s;
-        tfb_dropout_key k = bert_dropout_key(c, site_of(layer, SITE_ATT), elem0);
         size_t o = b * per_sample;
-        void *dst = (char *)out + o * tfb_dtype_size(t);
-        if (bwd) TFB_CHECK(c->be->dropout_bwd(c->be->ctx, dst, in + o, n, c->dropout, k));
-        else TFB_CHECK(c->be->dropout_fwd(c->be->ctx, dst, t, in + o, n, c->dropout, k));
+        uint64_t elem0 = ((c->sample0 + (uint64_t)b) * At + (uint64_t)c->tp_rank * A) * s * s;
+        tfb_attn_softmax_desc d = {.att = a->att + o, .att_d = (char *)a->att_d + o * esz, .att_type = c->gemm_type,
+                                   .in = a->att + o, .key_len = c->key_len ? c->key_len + b : NULL,
+                                   .rows = (calls == 1 ? c->batch : 1) * A * s, .cols = s, .rows_per_key = A * s,
+                                   .scale = 1.0f / sqrtf((float)head_dim), .p = c->dropout,
+                                   .key = bert_dropout_key(c, site_of(layer, SITE_ATT), elem0)};
+        if (!din) TFB_CHECK(c->be->attn_softmax_fwd(c->be->ctx, &d));
+        else TFB_CHECK(c->be->attn_softmax_bwd(c->be->ctx, &d, (char *)din + o * tfb_dtype_size(t), t, datt + o));
     }
     return TFB_OK;
 }
@@ -191,18 +213,22 @@ static heads_view heads_of(const bert_ctx *c) {
 
 /* (N, W) token-major columns [col0, col0 + W) of rows ld apart -> (batch, A, s, d) head-major of type t, and
  * back. */
-static tfb_status to_heads(const bert_ctx *c, const heads_view *h, void *out, tfb_dtype t, const float *in, int ld) {
-    return c->be->permute_0213(c->be->ctx, out, t, (size_t)h->s * h->d, in, (size_t)ld, c->batch, h->s, h->A, h->d);
+static tfb_status to_heads(const bert_ctx *c, const heads_view *h, void *out, tfb_dtype t, const float *in, int ld,
+                           const float *bias) {
+    return c->be->permute_0213(c->be->ctx, out, t, (size_t)h->s * h->d, in, (size_t)ld, bias, c->batch, h->s, h->A,
+                               h->d);
 }
 static tfb_status from_heads(const bert_ctx *c, const heads_view *h, void *out, tfb_dtype t, int ld, const float *in) {
-    return c->be->permute_0213(c->be->ctx, out, t, (size_t)ld, in, (size_t)h->s * h->d, c->batch, h->A, h->s, h->d);
+    return c->be->permute_0213(c->be->ctx, out, t, (size_t)ld, in, (size_t)h->s * h->d, NULL, c->batch, h->A, h->s,
+                               h->d);
 }
 
-/* q, k, v head-major in the GEMM type from qkv (N, 3W), into qkv_hm: the attention GEMMs' operands. */
-static tfb_status qkv_heads(const bert_ctx *c, const heads_view *h, const float *qkv, void *qkv_hm) {
+/* q, k, v head-major in the GEMM type from qkv (N, 3W) plus its bias b (3W), into qkv_hm: the attention GEMMs'
+ * operands. */
+static tfb_status qkv_heads(const bert_ctx *c, const heads_view *h, const float *qkv, const float *b, void *qkv_hm) {
     for (int i = 0; i < 3; i++)
         TFB_CHECK(to_heads(c, h, (char *)qkv_hm + i * h->nw * tfb_dtype_size(c->gemm_type), c->gemm_type,
-                           qkv + i * h->W, 3 * h->W));
+                           qkv + i * h->W, 3 * h->W, b + i * h->W));
     return TFB_OK;
 }
 
@@ -213,17 +239,16 @@ static tfb_status heads_gemm(const bert_ctx *c, const heads_view *h, int ta, int
     return gemm(c, ta, tb, m, n, k, a, lda, sa, b, ldb, sb, 0.0f, out, ldc, sc, c->batch * h->A);
 }
 
-/* ctx (N, Hl) = Dropout(softmax(Q K^T * scale)) V for every sample and head; saves qkv_hm, att, att_d and ctx. */
-static tfb_status attention_fwd(const bert_ctx *c, int layer, bert_layer_acts *a) {
+/* ctx (N, Hl) = Dropout(softmax(Q K^T * scale)) V for every sample and head, Q, K, V being a->qkv + qkv_b; saves
+ * qkv_hm, att, att_d and ctx. */
+static tfb_status attention_fwd(const bert_ctx *c, int layer, const float *qkv_b, bert_layer_acts *a) {
     heads_view h = heads_of(c);
     int s = h.s, d = h.d;
     long long sd = (long long)s * d, ss = (long long)s * s;
     const void *qkv = a->qkv_hm;
-    TFB_CHECK(qkv_heads(c, &h, a->qkv, a->qkv_hm));
+    TFB_CHECK(qkv_heads(c, &h, a->qkv, qkv_b, a->qkv_hm));
     TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, qkv, d, sd, at(c, qkv, h.nw), d, sd, a->att, s, ss));
-    TFB_CHECK(c->be->softmax_fwd(c->be->ctx, a->att, a->att, c->batch * h.A * s, s, 1.0f / sqrtf((float)d),
-                                 c->key_len, h.A * s));
-    TFB_CHECK(attention_dropout(c, layer, a->att_d, c->gemm_type, a->att, 0));
+    TFB_CHECK(attention_softmax(c, layer, a, NULL, NULL, TFB_F32));
     TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, a->att_d, s, ss, at(c, qkv, 2 * h.nw), d, sd, h.o, d, sd));
     return from_heads(c, &h, a->ctx, c->gemm_type, h.W, h.o);
 }
@@ -251,8 +276,8 @@ tfb_status bert_layer_fwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
     float *proj = a->y; /* y is written last: use it as the projection buffer first */
     const void *xo;
     TFB_CHECK(keep_operand(c, a->x_lp, x, (size_t)N * H, &xo));
-    TFB_CHECK(linear_fwd_op(c, a->qkv, xo, w->qkv_w, w->qkv_b, N, H, 3 * W));
-    TFB_CHECK(attention_fwd(c, layer, a));
+    TFB_CHECK(linear_fwd_op(c, a->qkv, xo, w->qkv_w, NULL, N, H, 3 * W)); /* the bias is added on the way to heads */
+    TFB_CHECK(attention_fwd(c, layer, w->qkv_b, a));
     TFB_CHECK(row_parallel_fwd(c, proj, a->ctx, w->ao_w, N, W, H));
     tfb_residual_ln_desc d = residual_ln_of(c, layer, 1, w, a);
     d.x = proj, d.residual = x, d.y = a->x1, d.y_lp = a->x1_lp;
@@ -275,25 +300,25 @@ static tfb_status attention_bwd(const bert_ctx *c, int layer, const bert_layer_a
     long long sd = (long long)s * d, ss = (long long)s * s;
     const void *qkv = a->qkv_hm;
     void *dc = f32 ? (void *)h.o : c->lp[1], *datt = f32 ? (void *)sc->datt : c->lp[2];
-    TFB_CHECK(to_heads(c, &h, dc, c->gemm_type, dctx, h.W));
+    TFB_CHECK(to_heads(c, &h, dc, c->gemm_type, dctx, h.W, NULL));
     TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, dc, d, sd, at(c, qkv, 2 * h.nw), d, sd, sc->datt, s, ss));
     TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, a->att_d, s, ss, dc, d, sd, h.t, d, sd)); /* dV */
     TFB_CHECK(from_heads(c, &h, sc->dqkv + 2 * h.W, TFB_F32, W3, h.t));
-    TFB_CHECK(attention_dropout(c, layer, sc->datt, TFB_F32, sc->datt, 1));
-    TFB_CHECK(c->be->softmax_bwd(c->be->ctx, datt, c->gemm_type, sc->datt, a->att, c->batch * h.A * s, s,
-                                 1.0f / sqrtf((float)d)));
+    TFB_CHECK(attention_softmax(c, layer, a, sc->datt, datt, c->gemm_type));
     TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, datt, s, ss, at(c, qkv, h.nw), d, sd, h.o, d, sd)); /* dQ */
     TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, datt, s, ss, qkv, d, sd, h.t, d, sd));             /* dK */
     TFB_CHECK(from_heads(c, &h, sc->dqkv, TFB_F32, W3, h.o));
     return from_heads(c, &h, sc->dqkv + h.W, TFB_F32, W3, h.t);
 }
 
-/* din (n, in_f) += a column-parallel layer's dX. On one rank the GEMM accumulates it (beta 1); in a tensor group dX
- * is summed over the group in scratch (n, in_f) first, then added. */
+/* din (n, in_f) += a column-parallel layer's dX, dout's GEMM operand being dy or NULL as in linear_bwd_beta. On one
+ * rank the GEMM accumulates it (beta 1); in a tensor group dX is summed over the group in scratch (n, in_f) first,
+ * then added. */
 static tfb_status col_parallel_bwd_acc(const bert_ctx *c, float *din, float *scratch, float *dw, float *db,
-                                       const float *dout, const void *x, const float *w, int n, int in_f, int out_f) {
-    if (!has_group(c)) return linear_bwd_beta(c, din, 1.0f, dw, db, dout, x, w, n, in_f, out_f);
-    TFB_CHECK(col_parallel_bwd_op(c, scratch, dw, db, dout, x, w, n, in_f, out_f));
+                                       const float *dout, const void *dy, const void *x, const float *w, int n,
+                                       int in_f, int out_f) {
+    if (!has_group(c)) return linear_bwd_beta(c, din, 1.0f, dw, db, dout, dy, x, w, n, in_f, out_f);
+    TFB_CHECK(col_parallel_bwd_op(c, scratch, dw, db, dout, dy, x, w, n, in_f, out_f));
     return c->be->residual_add(c->be->ctx, din, din, scratch, (size_t)n * in_f);
 }
 
@@ -305,13 +330,14 @@ tfb_status bert_layer_bwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
     /* grad holds dy; t1 <- dh2 (x1's gradient through the residual), t2 <- the FFN output's gradient */
     TFB_CHECK(be->residual_ln_bwd(be->ctx, &d2, s->t1, s->t2, dw->ln2_g, dw->ln2_b, grad));
     TFB_CHECK(linear_bwd_op(c, s->dff, dw->ff2_w, dw->ff2_b, s->t2, a->g, w->ff2_w, N, F, H));
-    TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, s->dff, dw->ff1_b, s->dff, a->u, N, F));
-    TFB_CHECK(col_parallel_bwd_acc(c, s->t1, s->t2, dw->ff1_w, NULL, s->dff, kept_operand(a->x1_lp, a->x1),
+    void *dff = c->gemm_type == TFB_F32 ? (void *)s->dff : c->lp[0]; /* GELU's backward writes the GEMM operand */
+    TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, dff, c->gemm_type, dw->ff1_b, s->dff, a->u, N, F));
+    TFB_CHECK(col_parallel_bwd_acc(c, s->t1, s->t2, dw->ff1_w, NULL, NULL, dff, kept_operand(a->x1_lp, a->x1),
                                    w->ff1_w, N, H, F)); /* t1 <- dx1 */
     /* grad <- dh1 (the layer input's gradient through the residual), t2 <- the attention projection's gradient */
     TFB_CHECK(be->residual_ln_bwd(be->ctx, &d1, grad, s->t2, dw->ln1_g, dw->ln1_b, s->t1));
     TFB_CHECK(linear_bwd_op(c, s->t1, dw->ao_w, dw->ao_b, s->t2, a->ctx, w->ao_w, N, W, H)); /* t1 <- dctx */
     TFB_CHECK(attention_bwd(c, layer, a, s->t1, s));
-    return col_parallel_bwd_acc(c, grad, s->t2, dw->qkv_w, dw->qkv_b, s->dqkv, kept_operand(a->x_lp, x), w->qkv_w,
-                                N, H, 3 * W);
+    return col_parallel_bwd_acc(c, grad, s->t2, dw->qkv_w, dw->qkv_b, s->dqkv, NULL, kept_operand(a->x_lp, x),
+                                w->qkv_w, N, H, 3 * W);
 }

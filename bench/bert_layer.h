@@ -8,7 +8,8 @@
  * masters). Activations that only GEMMs read (head-major Q, K, V, the dropped-out attention probabilities, the
  * context, the GELU output) are saved in that type only, written so by the ops that make them; the layer input and
  * x1, which LayerNorm's residuals also read, are saved in FP32 and in 16 bits (the input by a cast, x1 by LN1
- * itself). Incoming gradients are cast into scratch slots. Everything else is FP32. This file allocates nothing.
+ * itself). Gradients are cast into scratch slots unless the op making them writes the GEMM type (GELU's backward
+ * writes dU so). Everything else is FP32. This file allocates nothing.
  *
  * Tensor parallelism (Megatron-LM): a rank holds whole heads of Wqkv and rows of W1 (column-parallel) and the
  * matching columns of Wo and W2 (row-parallel); the outputs of Wo and W2 are summed over the tensor group before
@@ -67,7 +68,7 @@ typedef struct {
 /* What forward saves for backward. N = batch * seq tokens, A = heads, s = seq. "GEMM type": ctx->gemm_type. */
 typedef struct {
     void *x_lp;      /* (N, H) the layer input in the GEMM type; NULL in FP32 runs (the input itself) */
-    float *qkv;      /* (N, 3Hl) */
+    float *qkv;      /* (N, 3Hl) x Wqkv^T; the bias is added on the way into qkv_hm */
     void *qkv_hm;    /* (3, batch, A, s, d) head-major Q, K, V in the GEMM type, A: this rank's heads */
     float *att;      /* (batch, A, s, s) softmax output */
     void *att_d;     /* (batch, A, s, s) after attention dropout, in the GEMM type */

@@ -92,6 +92,20 @@ typedef struct {
     tfb_dropout_key key;
 } tfb_residual_ln_desc;
 
+/* Attention's probabilities and their dropout, one row pass: att = softmax(scale * in) per row, columns >=
+ * key_len[r / rows_per_key] masked out (probability 0) when key_len is set, and att_d = Dropout(att). */
+typedef struct {
+    float *att;             /* (rows, cols) out, saved for the backward; may alias in */
+    void *att_d;            /* (rows, cols) out in att_type: the context GEMM's operand */
+    tfb_dtype att_type;
+    const float *in;        /* (rows, cols) scores */
+    const int *key_len;     /* (rows / rows_per_key), or NULL */
+    int rows, cols, rows_per_key;
+    float scale;
+    float p;                /* dropout probability; element e of the block uses counter key.offset + e */
+    tfb_dropout_key key;
+} tfb_attn_softmax_desc;
+
 struct tfb_comm; /* bench/comm.h */
 
 typedef struct tfb_backend tfb_backend;
@@ -169,6 +183,12 @@ struct tfb_backend {
     /* din of din_type = scale * out * (dout - sum_j dout_j out_j); an FP32 din may alias dout */
     tfb_status (*softmax_bwd)(void *ctx, void *din, tfb_dtype din_type, const float *dout, const float *out, int rows,
                               int cols, float scale);
+    /* As tfb_attn_softmax_desc says; the same values as softmax_fwd then dropout_fwd. */
+    tfb_status (*attn_softmax_fwd)(void *ctx, const tfb_attn_softmax_desc *d);
+    /* Its backward: din (rows, cols) of din_type = softmax_bwd of dropout_bwd of datt_d (att_d's gradient, which
+     * may be overwritten), through d's att; an FP32 din may alias datt_d. */
+    tfb_status (*attn_softmax_bwd)(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype din_type,
+                                   float *datt_d);
 
     /* out (n) = act(in) */
     tfb_status (*act_fwd)(void *ctx, tfb_act act, float *out, const float *in, size_t n);
@@ -178,9 +198,12 @@ struct tfb_backend {
     /* pre (n, h) += bias (h), then out (n, h) of out_type = act(pre): one pass (pre is kept for the backward) */
     tfb_status (*bias_act_fwd)(void *ctx, tfb_act act, void *out, tfb_dtype out_type, float *pre, const float *bias,
                                int n, int h);
-    /* din (n, h) = dout * act'(pre) and dbias (h) += column sums of din, in one pass; din may alias dout */
-    tfb_status (*act_bias_bwd)(void *ctx, tfb_act act, float *din, float *dbias, const float *dout, const float *pre,
-                               int n, int h);
+    /* din (n, h) of din_type = dout * act'(pre) and dbias (h) += column sums of the FP32 din, in one pass (a
+     * 16-bit din is the GEMM operand of the layer below: written rounded, with no FP32 copy). pre NULL stands for
+     * the identity (act ignored): dout's cast and its bias gradient in one pass. din may alias dout when din_type
+     * is FP32. */
+    tfb_status (*act_bias_bwd)(void *ctx, tfb_act act, void *din, tfb_dtype din_type, float *dbias, const float *dout,
+                               const float *pre, int n, int h);
     /* x (n, h) += bias (h) broadcast over rows */
     tfb_status (*bias_add)(void *ctx, float *x, const float *bias, int n, int h);
     /* dbias (h) += column sums of dout (n, h) */
@@ -303,9 +326,10 @@ struct tfb_backend {
     /* out (n0, n2, n1, n3) = in (n0, n1, n2, n3), the middle two dimensions swapped (attention's tokens x heads <->
      * heads x tokens). in's rows (i0, i1) of n2 * n3 elements lie in_ld apart, out's rows (i0, i2) of n1 * n3
      * elements out_ld apart: in[(i0 n1 + i1) in_ld + i2 n3 + i3] goes to out[(i0 n2 + i2) out_ld + i1 n3 + i3].
-     * out is of out_type (a 16-bit one rounds: attention's GEMM operands are written in their type directly). */
+     * out is of out_type (a 16-bit one rounds: attention's GEMM operands are written in their type directly). When
+     * bias (n2 n3) is set, bias[i2 n3 + i3] is added to every input row first (the QKV projection's bias). */
     tfb_status (*permute_0213)(void *ctx, void *out, tfb_dtype out_type, size_t out_ld, const float *in, size_t in_ld,
-                               int n0, int n1, int n2, int n3);
+                               const float *bias, int n0, int n1, int n2, int n3);
 
     /* dst (n) = src (n) converted between FP32, FP16 and BF16 */
     tfb_status (*cast)(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type, size_t n);

@@ -130,7 +130,7 @@ static void verdict(const char *name, const char *prec, double tol, const pair *
     int ok = err <= tol;
     G.checks++;
     G.failed += !ok;
-    printf("| %-26s | %-4s | %10.3g | %7.0e | %-4s |\n", name, prec, err, tol, ok ? "PASS" : "FAIL");
+    printf("| %-40s | %-4s | %10.3g | %7.0e | %-4s |\n", name, prec, err, tol, ok ? "PASS" : "FAIL");
 }
 
 #define F(t) ((float *)(t).p[b])
@@ -305,6 +305,64 @@ static void check_softmax(void) {
     release(&x); release(&y); release(&klen); release(&dy); release(&dx);
 }
 
+/* Attention's fused softmax + dropout: att_d in type t, rows of `cols` columns (warp-per-row kernels up to 1024,
+ * the two-op fallback above) with the dropout counters from `offset`, so rows straddle Philox groups when it or
+ * cols is not a multiple of four; 4 key lengths of 12 rows each. */
+typedef struct {
+    pair x, klen, att, att_d, datt, datt2, din;
+    int rows, cols;
+    tfb_dtype t;
+    float p;
+    uint64_t off;
+} asm_bufs;
+
+static tfb_attn_softmax_desc asm_desc(const asm_bufs *a, int b, const float *in, float *att) {
+    return (tfb_attn_softmax_desc){.att = att, .att_d = V(a->att_d), .att_type = a->t, .in = in,
+                                   .key_len = I(a->klen), .rows = a->rows, .cols = a->cols, .rows_per_key = 12,
+                                   .scale = 0.125f, .p = a->p, .key = {.seed = 8, .site = 21, .step = 2,
+                                                                        .offset = a->off}};
+}
+
+/* v (of type t)'s FP32 view: v itself, or its cast into w */
+static pair f32_view(pair v, tfb_dtype t, pair *w) {
+    if (t == TFB_F32) return v;
+    BOTH(be->cast(be->ctx, F(*w), TFB_F32, V(v), t, w->n));
+    return *w;
+}
+
+static void check_attn_softmax(tfb_dtype t, float p, int cols, uint64_t off) {
+    asm_bufs a = {.rows = 48, .cols = cols, .t = t, .p = p, .off = off};
+    size_t n = (size_t)a.rows * cols;
+    a.x = rand_f32(n, -8, 8), a.klen = rand_int(4, 1, cols + 1), a.att = poisoned(n);
+    a.att_d = t == TFB_F32 ? poisoned(n) : poisoned16(n), a.din = t == TFB_F32 ? poisoned(n) : poisoned16(n);
+    a.datt = rand_f32(n, -1, 1), a.datt2 = poisoned(n);
+    pair w = poisoned(n), xa = poisoned(n);
+    char name[64], tag[32];
+    snprintf(tag, sizeof tag, "%dc @%llu p=%g", cols, (unsigned long long)off, p);
+    BOTH(be->copy_2d(be->ctx, F(a.datt2), cols, F(a.datt), cols, a.rows, cols)); /* the in-place call's input */
+    BOTH(be->copy_2d(be->ctx, F(xa), cols, F(a.x), cols, a.rows, cols));
+    BOTH(be->attn_softmax_fwd(be->ctx, (tfb_attn_softmax_desc[]){asm_desc(&a, b, F(a.x), F(a.att))}));
+    pair fwd[2] = {a.att, f32_view(a.att_d, t, &w)};
+    snprintf(name, sizeof name, "attn_softmax_fwd %s", tag);
+    verdict(name, prec_name(t, 0), t == TFB_F32 ? TOL_FP32 : TOL_16, fwd, 2);
+    BOTH(be->attn_softmax_fwd(be->ctx, (tfb_attn_softmax_desc[]){asm_desc(&a, b, F(xa), F(xa))}));
+    snprintf(name, sizeof name, "attn_softmax_fwd in place %s", tag);
+    verdict(name, "fp32", TOL_FP32, &xa, 1);
+    BOTH(be->attn_softmax_bwd(be->ctx, (tfb_attn_softmax_desc[]){asm_desc(&a, b, F(a.x), F(a.att))}, V(a.din), t,
+                              F(a.datt)));
+    pair din = f32_view(a.din, t, &w);
+    snprintf(name, sizeof name, "attn_softmax_bwd %s", tag);
+    verdict(name, prec_name(t, 0), t == TFB_F32 ? TOL_FP32 : TOL_16, &din, 1);
+    if (t == TFB_F32) {
+        BOTH(be->attn_softmax_bwd(be->ctx, (tfb_attn_softmax_desc[]){asm_desc(&a, b, F(a.x), F(a.att))},
+                                  F(a.datt2), t, F(a.datt2)));
+        snprintf(name, sizeof name, "attn_softmax_bwd in place %s", tag);
+        verdict(name, "fp32", TOL_FP32, &a.datt2, 1);
+    }
+    pair all[] = {a.x, a.klen, a.att, a.att_d, a.datt, a.datt2, a.din, w, xa};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
+}
+
 static void check_elementwise(void) {
     size_t n = 100003;
     static const char *const act_names[3] = {"gelu", "tanh", "relu"};
@@ -361,7 +419,7 @@ static void check_bias(void) {
     BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, F(y), TFB_F32, F(pre), F(bias), n, h));
     pair fwd[2] = {y, pre};
     verdict("bias_act_fwd gelu", "fp32", TOL_FP32, fwd, 2);
-    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, F(dy), F(db), F(dy), F(pre), n, h));
+    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, F(dy), TFB_F32, F(db), F(dy), F(pre), n, h));
     pair bwd[2] = {dy, db};
     verdict("act_bias_bwd gelu", "fp32", TOL_FP32, bwd, 2);
     release(&x); release(&bias); release(&db); release(&pre); release(&y); release(&dy);
@@ -415,18 +473,19 @@ static void check_normal_fill(void) {
     release(&x);
 }
 
-/* K heads out of a (2 samples, 5 tokens, 3 heads x 100) slice of a wider qkv row, and the way back into it (rows
- * of 300 and 500 values: a CUDA block strides over each). */
+/* K heads out of a (2 samples, 5 tokens, 3 heads x 100) slice of a wider qkv row, without and with K's bias, and
+ * the way back into it (rows of 300 and 500 values: a CUDA block strides over each). */
 static void check_permute(void) {
     enum { D = 100, ROW = 9 * D };
     pair in = rand_f32(2 * 5 * ROW, -1, 1), hm = poisoned(2 * 3 * 5 * D), back = rand_f32(2 * 5 * ROW, -1, 1);
-    BOTH(be->permute_0213(be->ctx, F(hm), TFB_F32, 5 * D, F(in) + 3 * D, ROW, 2, 5, 3, D));
+    pair bias = rand_f32(3 * D, -1, 1), hmb = poisoned(2 * 3 * 5 * D);
+    BOTH(be->permute_0213(be->ctx, F(hm), TFB_F32, 5 * D, F(in) + 3 * D, ROW, NULL, 2, 5, 3, D));
     verdict("permute_0213 (tokens->heads)", "fp32", TOL_FP32, &hm, 1);
-    BOTH(be->permute_0213(be->ctx, F(back) + 3 * D, TFB_F32, ROW, F(hm), 5 * D, 2, 3, 5, D));
+    BOTH(be->permute_0213(be->ctx, F(hmb), TFB_F32, 5 * D, F(in) + 3 * D, ROW, F(bias), 2, 5, 3, D));
+    verdict("permute_0213 + bias (tokens->heads)", "fp32", TOL_FP32, &hmb, 1);
+    BOTH(be->permute_0213(be->ctx, F(back) + 3 * D, TFB_F32, ROW, F(hm), 5 * D, NULL, 2, 3, 5, D));
     verdict("permute_0213 (heads->tokens)", "fp32", TOL_FP32, &back, 1);
-    release(&in);
-    release(&hm);
-    release(&back);
+    release(&in); release(&hm); release(&back); release(&bias); release(&hmb);
 }
 
 /* Ops that write a BERT layer's GEMM operands straight in 16 bits (type t), against the CPU's. */
@@ -448,15 +507,25 @@ static void check_typed_outputs(tfb_dtype t) {
     BOTH(be->dropout_fwd(be->ctx, V(o16), t, F(x), e, 0.1f, key));
     BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, e));
     verdict(TYPED_ROW("dropout_fwd"), p, TOL_16, &ow_e, 1);
-    BOTH(be->permute_0213(be->ctx, V(o16), t, 4 * 32, F(x), 128, 24, 4, 4, 32));
+    BOTH(be->permute_0213(be->ctx, V(o16), t, 4 * 32, F(x), 128, F(bias), 24, 4, 4, 32));
     BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, e));
-    verdict(TYPED_ROW("permute_0213"), p, TOL_16, &ow_e, 1);
+    verdict(TYPED_ROW("permute_0213 + bias"), p, TOL_16, &ow_e, 1);
     BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, V(o16), t, F(pre), F(bias), n, h));
     BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, nh));
     pair fwd[2] = {ow, pre};
     verdict(TYPED_ROW("bias_act_fwd gelu"), p, TOL_16, fwd, 2);
+    pair dyh = rand_f32(nh, -1, 1), db = rand_f32((size_t)h, -1, 1), d16 = poisoned16(nh);
+    pair dy16 = poisoned16(nh);
+    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, V(d16), t, F(db), F(dyh), F(pre), n, h));
+    BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(d16), t, nh));
+    pair bwd[2] = {ow, db};
+    verdict(TYPED_ROW("act_bias_bwd gelu"), p, TOL_16, bwd, 2);
+    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, V(dy16), t, F(db), F(dyh), NULL, n, h));
+    BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(dy16), t, nh));
+    verdict(TYPED_ROW("act_bias_bwd no pre (cast)"), p, TOL_16, bwd, 2);
 #undef TYPED_ROW
     release(&x); release(&y); release(&dy); release(&o16); release(&ow); release(&pre); release(&bias);
+    release(&dyh); release(&db); release(&d16); release(&dy16);
 }
 
 static void check_copy_2d(void) {
@@ -513,7 +582,7 @@ static void check_cast(tfb_dtype t) {
     for (size_t i = 0; i < n; i++) same &= tfb_f32_bits(ref[i]) == tfb_f32_bits(dev[i]);
     G.checks++;
     G.failed += !same;
-    printf("| %-26s | %-4s | %10s | %7s | %-4s |\n", t == TFB_F16 ? "cast fp32>fp16>fp32" : "cast fp32>bf16>fp32",
+    printf("| %-40s | %-4s | %10s | %7s | %-4s |\n", t == TFB_F16 ? "cast fp32>fp16>fp32" : "cast fp32>bf16>fp32",
            prec_name(t, 0), same ? "bit-exact" : "differs", "exact", same ? "PASS" : "FAIL");
     free(ref); free(dev);
     release(&x); release(&half); release(&back);
@@ -530,7 +599,7 @@ static void check_finite(void) {
     int ok = fin[0][0] == 1 && fin[1][0] == 1 && fin[0][1] == 0 && fin[1][1] == 0;
     G.checks++;
     G.failed += !ok;
-    printf("| %-26s | %-4s | %10s | %7s | %-4s |\n", "check_finite", "fp32", ok ? "agrees" : "differs", "exact",
+    printf("| %-40s | %-4s | %10s | %7s | %-4s |\n", "check_finite", "fp32", ok ? "agrees" : "differs", "exact",
            ok ? "PASS" : "FAIL");
     release(&x);
 }
@@ -560,7 +629,7 @@ static void check_marks(void) {
     ok &= be->mark(be->ctx, 2) == TFB_ERR_ARG; /* past the reserved marks */
     G.checks++;
     G.failed += !ok;
-    printf("| %-26s | %-4s | %7.3f ms | %7.3f | %-4s |\n", "timing marks (vs host ms)", "fp32", dev_s * 1e3,
+    printf("| %-40s | %-4s | %7.3f ms | %7.3f | %-4s |\n", "timing marks (vs host ms)", "fp32", dev_s * 1e3,
            host_s * 1e3, ok ? "PASS" : "FAIL");
     release(&a);
     release(&c);
@@ -732,6 +801,13 @@ static void gc_run_all(void) {
     check_residual_ln(TFB_F16, 0.1f);
     check_residual_ln(TFB_BF16, 0.1f);
     check_softmax();
+    check_attn_softmax(TFB_F32, 0.1f, 128, 0);
+    check_attn_softmax(TFB_F32, 0.0f, 128, 0);
+    check_attn_softmax(TFB_F32, 0.1f, 77, 13);
+    check_attn_softmax(TFB_F32, 0.1f, 512, 2);
+    check_attn_softmax(TFB_F32, 0.1f, 1100, 1);
+    check_attn_softmax(TFB_F16, 0.1f, 128, 0);
+    check_attn_softmax(TFB_BF16, 0.1f, 384, 5);
     check_elementwise();
     check_add_relu(TFB_F32, TFB_F32);
     check_add_relu(TFB_F16, TFB_F32);
@@ -779,8 +855,8 @@ int main(int argc, char **argv) {
     }
     printf("gpu_check: %s%s%s against the CPU backend (error: max |device - cpu| / max |cpu|)\n", G.be[1]->name,
            G.be[1]->device_name ? " on " : "", G.be[1]->device_name ? G.be[1]->device_name : "");
-    printf("| %-26s | %-4s | %10s | %7s | %-4s |\n", "check", "prec", "error", "tol", "");
-    printf("|----------------------------|------|------------|---------|------|\n");
+    printf("| %-40s | %-4s | %10s | %7s | %-4s |\n", "check", "prec", "error", "tol", "");
+    printf("|------------------------------------------|------|------------|---------|------|\n");
     gc_run_all();
     printf("gpu_check: %d of %d checks passed\n", G.checks - G.failed, G.checks);
     G.be[1]->destroy(G.be[1]);

@@ -46,18 +46,28 @@ static tfb_status count_dropout_bwd(void *ctx, float *o, const float *i, size_t 
     calls++;
     return inner->dropout_bwd(ctx, o, i, n, p, k);
 }
-static tfb_status count_permute(void *ctx, void *o, tfb_dtype t, size_t ol, const float *i, size_t il, int a, int b,
-                                int c, int d) {
+static tfb_status count_attn_fwd(void *ctx, const tfb_attn_softmax_desc *d) {
     calls++;
-    return inner->permute_0213(ctx, o, t, ol, i, il, a, b, c, d);
+    return inner->attn_softmax_fwd(ctx, d);
+}
+static tfb_status count_attn_bwd(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype t, float *datt) {
+    calls++;
+    return inner->attn_softmax_bwd(ctx, d, din, t, datt);
+}
+static tfb_status count_permute(void *ctx, void *o, tfb_dtype t, size_t ol, const float *i, size_t il,
+                                const float *bias, int a, int b, int c, int d) {
+    calls++;
+    return inner->permute_0213(ctx, o, t, ol, i, il, bias, a, b, c, d);
 }
 
-/* GEMM, dropout and permutation calls of one forward and backward at `batch` samples (c->be replaced meanwhile). */
+/* GEMM, dropout, attention softmax and permutation calls of one forward and backward at `batch` samples (c->be
+ * replaced meanwhile). */
 static int launches(bert_ctx *c, int batch, const bert_layer_w *w, const bert_layer_w *dw, const float *x,
                     bert_layer_acts *a, const bert_layer_scratch *s, float *grad) {
     tfb_backend counting = *c->be;
     counting.gemm = count_gemm, counting.dropout_fwd = count_dropout_fwd, counting.dropout_bwd = count_dropout_bwd;
-    counting.permute_0213 = count_permute;
+    counting.permute_0213 = count_permute, counting.attn_softmax_fwd = count_attn_fwd;
+    counting.attn_softmax_bwd = count_attn_bwd;
     inner = c->be;
     bert_ctx cc = *c;
     cc.be = &counting, cc.batch = batch, cc.dropout = 0.1f;

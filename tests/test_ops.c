@@ -1,7 +1,7 @@
 /* test_ops.c — every CPU-backend op checked against an independent reference: backward passes against central
  * finite differences of L = sum(out * R) for random R (FP32, h = 1e-2 on O(1) inputs; tolerance: relative L2 error
  * of the whole gradient < 5e-3), GEMM against a naive triple loop (all transposes, batches, FP16/BF16 inputs,
- * TF32 against loops over inputs rounded to 11 significant bits),
+ * TF32 against loops over inputs rounded to 11 significant bits), fused ops against the separate ops they replace,
  * AdamW against the closed form, conversions against known bit patterns, Philox against the Random123 known-answer
  * vectors, and the dropout mask's independence from how a tensor is split.
  */
@@ -122,6 +122,53 @@ static void test_softmax(void) {
     EXPECT("softmax_bwd_vs_fd", e < FD_TOL, "rel err %g", e);
 }
 
+/* ---- attention softmax + dropout, fused: the separate ops' values, and its backward against differences ---- */
+typedef struct { tfb_attn_softmax_desc d; float *x, *r; } asm_case;
+static double asm_loss(void *p) {
+    asm_case *c = p;
+    be->attn_softmax_fwd(be->ctx, &c->d);
+    return dot(c->d.att_d, c->r, (size_t)c->d.rows * c->d.cols);
+}
+
+/* att and att_d of the fused op equal softmax_fwd then dropout_fwd; a BF16 att_d is the FP32 one rounded. */
+static int asm_matches_separate(const asm_case *c) {
+    size_t n = (size_t)c->d.rows * c->d.cols;
+    float *y = malloc(n * 4), *yd = malloc(n * 4);
+    uint16_t *lp = malloc(n * 2);
+    be->softmax_fwd(be->ctx, y, c->x, c->d.rows, c->d.cols, c->d.scale, c->d.key_len, c->d.rows_per_key);
+    be->dropout_fwd(be->ctx, yd, TFB_F32, y, n, c->d.p, c->d.key);
+    tfb_attn_softmax_desc b = c->d;
+    b.att_d = lp, b.att_type = TFB_BF16;
+    be->attn_softmax_fwd(be->ctx, &b);
+    int same = tfb_rel_error(y, c->d.att, n) == 0 && tfb_rel_error(yd, c->d.att_d, n) == 0;
+    for (size_t i = 0; i < n; i++) same &= lp[i] == tfb_f32_to_bf16(yd[i]);
+    free(y), free(yd), free(lp);
+    return same;
+}
+
+static void test_attn_softmax(void) {
+    int klen[3] = {16, 9, 1};
+    size_t n = 6 * 16;
+    asm_case c = {.x = rand_vec(n), .r = rand_vec(n)};
+    float *att = malloc(n * 4), *att_d = malloc(n * 4), *dx = malloc(n * 4), *datt = malloc(n * 4);
+    c.d = (tfb_attn_softmax_desc){.att = att, .att_d = att_d, .att_type = TFB_F32, .in = c.x, .key_len = klen,
+                                  .rows = 6, .cols = 16, .rows_per_key = 2, .scale = 0.7f, .p = 0.25f,
+                                  .key = {.seed = 3, .site = 8, .step = 4, .offset = 5}};
+    asm_loss(&c);
+    int dropped = 0;
+    for (size_t i = 0; i < n; i++) dropped += att[i] != 0 && att_d[i] == 0;
+    EXPECT("attn_softmax_fwd_equals_softmax_then_dropout", asm_matches_separate(&c) && dropped > 0,
+           "fused and separate ops differ, or nothing dropped (%d)", dropped);
+    memcpy(datt, c.r, n * 4);
+    be->attn_softmax_bwd(be->ctx, &c.d, dx, TFB_F32, datt);
+    double e = fd_error(c.x, n, dx, asm_loss, &c);
+    EXPECT("attn_softmax_bwd_vs_fd", e < FD_TOL, "rel err %g", e);
+    memcpy(datt, c.r, n * 4); /* din aliasing datt_d, as FP32 runs call it */
+    be->attn_softmax_bwd(be->ctx, &c.d, datt, TFB_F32, datt);
+    EXPECT("attn_softmax_bwd_in_place", tfb_rel_error(dx, datt, n) == 0, "aliasing changes din");
+    free(att), free(att_d), free(dx), free(datt), free(c.x), free(c.r);
+}
+
 /* ---- GELU, tanh ---- */
 typedef struct { tfb_act act; size_t n; float *x, *y, *r; } act_case;
 static double act_loss(void *p) {
@@ -240,10 +287,15 @@ static void test_fused_bias_act(void) {
         be->act_bwd(be->ctx, (tfb_act)a, d1, dout, pre1, nh);
         be->bias_grad(be->ctx, db1, d1, n, h);
         memcpy(d2, dout, nh * 4);
-        be->act_bias_bwd(be->ctx, (tfb_act)a, d2, db2, d2, pre2, n, h); /* in place, as the workloads call it */
+        be->act_bias_bwd(be->ctx, (tfb_act)a, d2, TFB_F32, db2, d2, pre2, n, h); /* in place */
         same_bwd &= memcmp(d1, d2, nh * 4) == 0 && memcmp(db1, db2, h * 4) == 0;
     }
+    memcpy(db1, db0, h * 4); memcpy(db2, db0, h * 4);
+    be->bias_grad(be->ctx, db1, dout, n, h);
+    be->act_bias_bwd(be->ctx, TFB_ACT_GELU, d2, TFB_F32, db2, dout, NULL, n, h); /* no pre: the identity */
+    int same_id = memcmp(d2, dout, nh * 4) == 0 && memcmp(db1, db2, h * 4) == 0;
     EXPECT("bias_act_fwd_equals_bias_add_then_act", same_fwd, "fused forward differs");
+    EXPECT("act_bias_bwd_without_pre_is_a_copy_and_bias_grad", same_id, "differs from dout and bias_grad");
     EXPECT("act_bias_bwd_equals_act_bwd_then_bias_grad", same_bwd, "fused backward differs");
     free(x); free(bias); free(dout); free(db0); free(pre1); free(pre2); free(y1); free(y2);
     free(d1); free(d2); free(db1); free(db2);
@@ -409,10 +461,11 @@ static void test_normal_fill(void) {
 /* ---- permute_0213 against index loops, and its inverse restoring the input ---- */
 static void test_permute(void) {
     enum { N0 = 2, N1 = 5, N2 = 3, N3 = 4, LD = 3 * N2 * N3 };
-    float in[N0 * N1 * LD], out[N0 * N2 * N1 * N3], back[N0 * N1 * LD];
+    float in[N0 * N1 * LD], out[N0 * N2 * N1 * N3], back[N0 * N1 * LD], bias[N2 * N3];
     for (int i = 0; i < N0 * N1 * LD; i++) in[i] = (float)i + 0.5f, back[i] = -1.0f;
+    for (int i = 0; i < N2 * N3; i++) bias[i] = 1000.0f * (float)(i + 1);
     const float *src = in + N2 * N3; /* the middle third of each row, as K inside a QKV row */
-    be->permute_0213(be->ctx, out, TFB_F32, N1 * N3, src, LD, N0, N1, N2, N3);
+    be->permute_0213(be->ctx, out, TFB_F32, N1 * N3, src, LD, NULL, N0, N1, N2, N3);
     int bad = 0;
     for (int i0 = 0; i0 < N0; i0++)
         for (int i1 = 0; i1 < N1; i1++)
@@ -420,24 +473,33 @@ static void test_permute(void) {
                 for (int i3 = 0; i3 < N3; i3++)
                     bad += out[((i0 * N2 + i2) * N1 + i1) * N3 + i3] != src[(i0 * N1 + i1) * LD + i2 * N3 + i3];
     EXPECT("permute_0213_matches_loops", bad == 0, "%d wrong", bad);
-    be->permute_0213(be->ctx, back + N2 * N3, TFB_F32, LD, out, N1 * N3, N0, N2, N1, N3);
+    be->permute_0213(be->ctx, back + N2 * N3, TFB_F32, LD, out, N1 * N3, NULL, N0, N2, N1, N3);
     for (int i = 0; i < N0 * N1 * LD; i++) {
         int inside = i % LD >= N2 * N3 && i % LD < 2 * N2 * N3;
         bad += inside ? back[i] != in[i] : back[i] != -1.0f;
     }
     EXPECT("permute_0213_inverse_restores_only_its_columns", bad == 0, "%d wrong", bad);
+    be->permute_0213(be->ctx, out, TFB_F32, N1 * N3, src, LD, bias, N0, N1, N2, N3);
+    for (int i0 = 0; i0 < N0; i0++)
+        for (int i1 = 0; i1 < N1; i1++)
+            for (int i2 = 0; i2 < N2; i2++)
+                for (int i3 = 0; i3 < N3; i3++)
+                    bad += out[((i0 * N2 + i2) * N1 + i1) * N3 + i3] !=
+                           src[(i0 * N1 + i1) * LD + i2 * N3 + i3] + bias[i2 * N3 + i3];
+    EXPECT("permute_0213_adds_the_bias_of_each_input_column", bad == 0, "%d wrong", bad);
 }
 
-/* ---- ops writing a 16-bit output (attention's GEMM operands): the FP32 output rounded, bit for bit ---- */
+/* ---- ops writing a 16-bit output (GEMM operands): the FP32 output rounded, bit for bit; sums from FP32 ---- */
 static void typed_out_test(tfb_dtype t, const char *name) {
     enum { R = 6, C = 40, E = R * C };
     float *x = rand_vec(E), *dy = rand_vec(E), *pre = rand_vec(E), *pre2 = malloc(E * 4), *bias = rand_vec(C);
     float *y = malloc(E * 4), *att = malloc(E * 4);
     uint16_t *h = malloc(E * 2), *r = malloc(E * 2);
+    float db[2][C] = {{0}}; /* act_bias_bwd's bias gradients, FP32 and 16-bit runs */
     int same = 1;
     tfb_dropout_key k = {.seed = 7, .site = 3, .step = 2, .offset = 5};
     be->softmax_fwd(be->ctx, att, x, R, C, 0.5f, NULL, 1);
-    for (int op = 0; op < 5; op++) {
+    for (int op = 0; op < 8; op++) {
         tfb_dtype ts[2] = {TFB_F32, t};
         memset(y, 0, E * 4); /* the permute writes half of them */
         memset(h, 0, E * 2);
@@ -448,10 +510,14 @@ static void typed_out_test(tfb_dtype t, const char *name) {
             if (op == 1) be->bias_act_fwd(be->ctx, TFB_ACT_GELU, out, ts[i], pre2, bias, R, C);
             if (op == 2) be->dropout_fwd(be->ctx, out, ts[i], x, E, 0.25f, k);
             if (op == 3) be->dropout_fwd(be->ctx, out, ts[i], x, E, 0.0f, k);
-            if (op == 4) be->permute_0213(be->ctx, out, ts[i], 2 * 5, x, C, R / 2, 2, 4, 5);
+            if (op == 4) be->permute_0213(be->ctx, out, ts[i], 2 * 5, x, C, NULL, R / 2, 2, 4, 5);
+            if (op == 5) be->permute_0213(be->ctx, out, ts[i], 2 * 5, x, C, bias, R / 2, 2, 4, 5);
+            if (op == 6) be->act_bias_bwd(be->ctx, TFB_ACT_GELU, out, ts[i], db[i], dy, pre, R, C);
+            if (op == 7) be->act_bias_bwd(be->ctx, TFB_ACT_GELU, out, ts[i], db[i], dy, NULL, R, C);
         }
         be->cast(be->ctx, r, t, y, TFB_F32, E);
         same &= !memcmp(h, r, E * 2);
+        for (int j = 0; j < C; j++) same &= db[0][j] == db[1][j]; /* the sums are of FP32 values in both */
         if (!same) { printf("  op %d differs\n", op); break; }
     }
     EXPECT(name, same, "a 16-bit output is not the FP32 one rounded");
@@ -492,6 +558,7 @@ int main(void) {
     test_layernorm();
     test_residual_ln();
     test_softmax();
+    test_attn_softmax();
     test_act(TFB_ACT_GELU, "gelu_bwd_vs_fd");
     test_act(TFB_ACT_TANH, "tanh_bwd_vs_fd");
     test_xent();
@@ -506,8 +573,8 @@ int main(void) {
     test_philox();
     test_marks();
     test_permute();
-    typed_out_test(TFB_F16, "fp16_outputs_of_softmax_bwd_gelu_dropout_permute_are_fp32_rounded");
-    typed_out_test(TFB_BF16, "bf16_outputs_of_softmax_bwd_gelu_dropout_permute_are_fp32_rounded");
+    typed_out_test(TFB_F16, "fp16_outputs_of_softmax_bwd_gelu_fwd_bwd_dropout_permute_are_fp32_rounded");
+    typed_out_test(TFB_BF16, "bf16_outputs_of_softmax_bwd_gelu_fwd_bwd_dropout_permute_are_fp32_rounded");
     test_normal_fill();
     be->destroy(be);
     return test_failures ? 1 : 0;

@@ -186,8 +186,8 @@ static tfb_status cpu_bias_act_fwd(void *ctx, tfb_act act, void *out, tfb_dtype 
 }
 
 /* Column blocks as in bias_grad: each thread writes its columns of din and sums them in row order. */
-static tfb_status cpu_act_bias_bwd(void *ctx, tfb_act act, float *din, float *dbias, const float *dout,
-                                   const float *pre, int n, int h) {
+static tfb_status cpu_act_bias_bwd(void *ctx, tfb_act act, void *din, tfb_dtype din_type, float *dbias,
+                                   const float *dout, const float *pre, int n, int h) {
     (void)ctx;
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < h; c0 += COL_BLOCK) {
@@ -196,8 +196,9 @@ static tfb_status cpu_act_bias_bwd(void *ctx, tfb_act act, float *din, float *db
         for (int i = 0; i < n; i++)
             for (int j = c0; j < c1; j++) {
                 size_t e = (size_t)i * h + j;
-                din[e] = dout[e] * tfb_act_slope((int)act, pre[e]);
-                acc[j - c0] += din[e];
+                float d = pre ? dout[e] * tfb_act_slope((int)act, pre[e]) : dout[e];
+                tfb_cpu_store(din, din_type, e, d);
+                acc[j - c0] += d;
             }
         for (int j = c0; j < c1; j++) dbias[j] += acc[j - c0];
     }
@@ -263,6 +264,20 @@ static tfb_status cpu_residual_ln_bwd(void *ctx, const tfb_residual_ln_desc *d, 
     if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
     TFB_CHECK(cpu_layernorm_bwd(ctx, dh, dgamma, dbeta, dy, d->h, d->mean, d->rstd, d->gamma, d->rows, d->cols));
     return cpu_dropout_bwd(ctx, dx, dh, (size_t)d->rows * d->cols, d->p, d->key);
+}
+
+/* Attention's softmax and dropout: the reference is the two ops in turn. */
+static tfb_status cpu_attn_softmax_fwd(void *ctx, const tfb_attn_softmax_desc *d) {
+    if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
+    TFB_CHECK(cpu_softmax_fwd(ctx, d->att, d->in, d->rows, d->cols, d->scale, d->key_len, d->rows_per_key));
+    return cpu_dropout_fwd(ctx, d->att_d, d->att_type, d->att, (size_t)d->rows * d->cols, d->p, d->key);
+}
+
+static tfb_status cpu_attn_softmax_bwd(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype din_type,
+                                       float *datt_d) {
+    if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
+    TFB_CHECK(cpu_dropout_bwd(ctx, datt_d, datt_d, (size_t)d->rows * d->cols, d->p, d->key));
+    return cpu_softmax_bwd(ctx, din, din_type, datt_d, d->att, d->rows, d->cols, d->scale);
 }
 
 static tfb_status cpu_xent_fwd(void *ctx, float *loss_sum, const float *logits, const int *labels, int n, int v) {
@@ -401,6 +416,8 @@ void tfb_cpu_ops_install(tfb_backend *be) {
     be->residual_ln_bwd = cpu_residual_ln_bwd;
     be->softmax_fwd = cpu_softmax_fwd;
     be->softmax_bwd = cpu_softmax_bwd;
+    be->attn_softmax_fwd = cpu_attn_softmax_fwd;
+    be->attn_softmax_bwd = cpu_attn_softmax_bwd;
     be->act_fwd = cpu_act_fwd;
     be->act_bwd = cpu_act_bwd;
     be->bias_add = cpu_bias_add;

@@ -95,9 +95,9 @@ static tfb_status cpu_copy_2d(void *ctx, float *dst, size_t dst_ld, const float 
     return TFB_OK;
 }
 
-/* Runs of n3 values are copied (FP32) or rounded into out (16-bit). */
+/* Runs of n3 values are copied (FP32, no bias) or summed with the bias and rounded into out. */
 static tfb_status cpu_permute_0213(void *ctx, void *out, tfb_dtype out_type, size_t out_ld, const float *in,
-                                   size_t in_ld, int n0, int n1, int n2, int n3) {
+                                   size_t in_ld, const float *bias, int n0, int n1, int n2, int n3) {
     (void)ctx;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i0 = 0; i0 < n0; i0++)
@@ -105,10 +105,10 @@ static tfb_status cpu_permute_0213(void *ctx, void *out, tfb_dtype out_type, siz
             const float *src = in + ((size_t)i0 * n1 + i1) * in_ld;
             for (int i2 = 0; i2 < n2; i2++) {
                 size_t o = ((size_t)i0 * n2 + i2) * out_ld + (size_t)i1 * n3;
-                const float *run = src + (size_t)i2 * n3;
-                if (out_type == TFB_F32) memcpy((float *)out + o, run, (size_t)n3 * sizeof(float));
+                const float *run = src + (size_t)i2 * n3, *b = bias ? bias + (size_t)i2 * n3 : NULL;
+                if (out_type == TFB_F32 && !b) memcpy((float *)out + o, run, (size_t)n3 * sizeof(float));
                 else
-                    for (int i3 = 0; i3 < n3; i3++) tfb_cpu_store(out, out_type, o + i3, run[i3]);
+                    for (int i3 = 0; i3 < n3; i3++) tfb_cpu_store(out, out_type, o + i3, b ? run[i3] + b[i3] : run[i3]);
             }
         }
     return TFB_OK;

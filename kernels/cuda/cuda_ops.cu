@@ -2,7 +2,8 @@
  * reference they are checked against by `make gpu-check`): same formulas, same exact-erf GELU, same Philox dropout
  * mask, same AdamW and SGD forms.
  *
- * Row ops (LayerNorm, softmax, cross-entropy) run one block per row; column reductions (bias and LayerNorm
+ * Row ops (LayerNorm, softmax, cross-entropy) run one block per row, except attention's softmax with its dropout
+ * (rows of at most 1024 columns: one warp per row, held in registers); column reductions (bias and LayerNorm
  * parameter gradients) give each thread a column and a slice of rows, reduce the slice in shared memory and add
  * the block's partial with atomicAdd (so their last bits depend on scheduling). Element-wise ops use grid-stride
  * loops. Fused: bias + activation (forward) and activation gradient + bias gradient (backward), one pass each; the
@@ -350,16 +351,17 @@ static tfb_status cuda_bias_act_fwd(void *ctx, tfb_act act, void *out, tfb_dtype
     return TFB_OK;
 }
 
-/* din = dout * act'(pre) written while its column sums are reduced as in k_bias_grad */
-__global__ void k_act_bias_bwd(int act, float *din, float *dbias, const float *dout, const float *pre, int n, int h) {
+/* din = dout * act'(pre) written (in din_type) while its FP32 column sums are reduced as in k_bias_grad */
+__global__ void k_act_bias_bwd(int act, void *din, int din_type, float *dbias, const float *dout, const float *pre,
+                               int n, int h) {
     __shared__ float part[COL_TY][COL_TX + 1];
     int j = blockIdx.x * COL_TX + threadIdx.x;
     float acc = 0.0f;
     if (j < h)
         for (int i = blockIdx.y * COL_TY + threadIdx.y; i < n; i += gridDim.y * COL_TY) {
             size_t e = (size_t)i * h + j;
-            float d = dout[e] * tfb_act_slope(act, pre[e]);
-            din[e] = d;
+            float d = pre ? dout[e] * tfb_act_slope(act, pre[e]) : dout[e];
+            tfb_store_elem(din, din_type, e, d);
             acc += d;
         }
     part[threadIdx.y][threadIdx.x] = acc;
@@ -369,11 +371,11 @@ __global__ void k_act_bias_bwd(int act, float *din, float *dbias, const float *d
     atomicAdd(&dbias[j], acc);
 }
 
-static tfb_status cuda_act_bias_bwd(void *ctx, tfb_act act, float *din, float *dbias, const float *dout,
-                                    const float *pre, int n, int h) {
+static tfb_status cuda_act_bias_bwd(void *ctx, tfb_act act, void *din, tfb_dtype din_type, float *dbias,
+                                    const float *dout, const float *pre, int n, int h) {
     if (n < 1) return TFB_OK;
     dim3 grid((h + COL_TX - 1) / COL_TX, col_row_blocks(n)), block(COL_TX, COL_TY);
-    k_act_bias_bwd<<<grid, block, 0, S(ctx)>>>((int)act, din, dbias, dout, pre, n, h);
+    k_act_bias_bwd<<<grid, block, 0, S(ctx)>>>((int)act, din, (int)din_type, dbias, dout, pre, n, h);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -420,6 +422,137 @@ static tfb_status cuda_dropout_fwd(void *ctx, void *out, tfb_dtype out_type, con
 static tfb_status cuda_dropout_bwd(void *ctx, float *din, const float *dout, size_t n, float p, tfb_dropout_key key) {
     return cuda_dropout_fwd(ctx, din, TFB_F32, dout, n, p, key);
 }
+
+/* ---- attention's softmax with its dropout: one warp per row ---- */
+
+/* Dropout factors of the four elements at global counters i0 .. i0 + 3 (as tfb_dropout_factors gives them): one
+ * Philox block when i0 starts a group, else the two blocks the run straddles. */
+__device__ __forceinline__ void attn_factors(tfb_dropout_key k, float p, uint64_t i0, float f[4]) {
+    float a[4], b[4];
+    int sh = (int)(i0 & 3);
+    tfb_dropout_factors(k, p, i0 >> 2, a);
+    if (sh) tfb_dropout_factors(k, p, (i0 >> 2) + 1, b);
+#pragma unroll
+    for (int q = 0; q < 4; q++) f[q] = q + sh < 4 ? a[q + sh] : b[q + sh - 4];
+}
+
+/* A warp holds its row in registers: lane l takes the runs of four columns starting at 4 (l + 32 c), c < C, so one
+ * Philox block serves a run when the row's counters start a group. Rows of up to 128 C columns. */
+template <int C>
+__global__ void k_attn_softmax_fwd(tfb_attn_softmax_desc d) {
+    int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+    if (r >= d.rows) return;
+    size_t row = (size_t)r * d.cols;
+    int valid = d.key_len ? min(d.key_len[r / d.rows_per_key], d.cols) : d.cols;
+    float v[C][4], mx = -INFINITY, sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int j = 4 * (lane + 32 * c) + q;
+            v[c][q] = j < valid ? d.scale * d.in[row + j] : -INFINITY;
+            mx = fmaxf(mx, v[c][q]);
+        }
+    mx = tfb_warp_max(mx);
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            v[c][q] = 4 * (lane + 32 * c) + q < valid ? expf(v[c][q] - mx) : 0.0f;
+            sum += v[c][q];
+        }
+    float inv = 1.0f / tfb_warp_sum(sum);
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        int j0 = 4 * (lane + 32 * c);
+        if (j0 >= d.cols) continue;
+        float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        if (d.p > 0.0f) attn_factors(d.key, d.p, d.key.offset + row + j0, f);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            if (j0 + q >= d.cols) continue;
+            float a = j0 + q < valid ? v[c][q] * inv : 0.0f;
+            d.att[row + j0 + q] = a;
+            tfb_store_elem(d.att_d, (int)d.att_type, row + j0 + q, f[q] > 0.0f ? a * f[q] : 0.0f);
+        }
+    }
+}
+
+/* din = scale * att * (g - sum_j g_j att_j), g = Dropout's backward of datt_d; each lane reads its elements
+ * before it writes them, so an FP32 din may alias datt_d. */
+template <int C>
+__global__ void k_attn_softmax_bwd(tfb_attn_softmax_desc d, void *din, int din_type, const float *dd) {
+    int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+    if (r >= d.rows) return;
+    size_t row = (size_t)r * d.cols;
+    float g[C][4], a[C][4], dot = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        int j0 = 4 * (lane + 32 * c);
+        float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+        if (d.p > 0.0f && j0 < d.cols) attn_factors(d.key, d.p, d.key.offset + row + j0, f);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int j = j0 + q;
+            a[c][q] = j < d.cols ? d.att[row + j] : 0.0f;
+            g[c][q] = j < d.cols && f[q] > 0.0f ? dd[row + j] * f[q] : 0.0f;
+            dot += g[c][q] * a[c][q];
+        }
+    }
+    dot = tfb_warp_sum(dot);
+#pragma unroll
+    for (int c = 0; c < C; c++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int j = 4 * (lane + 32 * c) + q;
+            if (j < d.cols) tfb_store_elem(din, din_type, row + j, d.scale * a[c][q] * (g[c][q] - dot));
+        }
+}
+
+/* Columns per lane group: rows up to 1024 columns run one warp per row, wider ones the two ops in turn. */
+static int attn_chunks(int cols) {
+    int c = (cols + 127) / 128;
+    return c == 1 || c == 2 ? c : c <= 4 ? 4 : c <= 8 ? 8 : 0;
+}
+
+#define ATTN_WARPS (ROW_THREADS / 32)
+#define ATTN_LAUNCH(C, kernel, ...) \
+    kernel<C><<<(unsigned)((d->rows + ATTN_WARPS - 1) / ATTN_WARPS), ROW_THREADS, 0, S(ctx)>>>(__VA_ARGS__)
+
+static tfb_status cuda_attn_softmax_fwd(void *ctx, const tfb_attn_softmax_desc *d) {
+    if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
+    if (d->rows == 0) return TFB_OK;
+    switch (attn_chunks(d->cols)) {
+    case 1: ATTN_LAUNCH(1, k_attn_softmax_fwd, *d); break;
+    case 2: ATTN_LAUNCH(2, k_attn_softmax_fwd, *d); break;
+    case 4: ATTN_LAUNCH(4, k_attn_softmax_fwd, *d); break;
+    case 8: ATTN_LAUNCH(8, k_attn_softmax_fwd, *d); break;
+    default:
+        TFB_CHECK(cuda_softmax_fwd(ctx, d->att, d->in, d->rows, d->cols, d->scale, d->key_len, d->rows_per_key));
+        return cuda_dropout_fwd(ctx, d->att_d, d->att_type, d->att, (size_t)d->rows * d->cols, d->p, d->key);
+    }
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+static tfb_status cuda_attn_softmax_bwd(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype din_type,
+                                        float *datt_d) {
+    if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
+    if (d->rows == 0) return TFB_OK;
+    switch (attn_chunks(d->cols)) {
+    case 1: ATTN_LAUNCH(1, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d); break;
+    case 2: ATTN_LAUNCH(2, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d); break;
+    case 4: ATTN_LAUNCH(4, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d); break;
+    case 8: ATTN_LAUNCH(8, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d); break;
+    default:
+        TFB_CHECK(cuda_dropout_bwd(ctx, datt_d, datt_d, (size_t)d->rows * d->cols, d->p, d->key));
+        return cuda_softmax_bwd(ctx, din, din_type, datt_d, d->att, d->rows, d->cols, d->scale);
+    }
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+#undef ATTN_LAUNCH
+#undef ATTN_WARPS
 
 /* ---- cross-entropy ---- */
 
@@ -565,6 +698,8 @@ void tfb_cuda_ops_install(tfb_backend *be) {
     be->residual_ln_bwd = cuda_residual_ln_bwd;
     be->softmax_fwd = cuda_softmax_fwd;
     be->softmax_bwd = cuda_softmax_bwd;
+    be->attn_softmax_fwd = cuda_attn_softmax_fwd;
+    be->attn_softmax_bwd = cuda_attn_softmax_bwd;
     be->act_fwd = cuda_act_fwd;
     be->act_bwd = cuda_act_bwd;
     be->bias_add = cuda_bias_add;
