@@ -73,6 +73,9 @@ test: deps
 $(BUILD)/bench_conv: $(BUILD)/scripts/bench_conv.o $(BUILD)/libtfb.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(CONFIG_LIBS) -lm
 
+$(BUILD)/bench_fused: $(BUILD)/scripts/bench_fused.o $(BUILD)/libtfb.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(CONFIG_LIBS) -lm
+
 # The whole test suite, MPI tests included, against an AddressSanitizer + UndefinedBehaviorSanitizer build.
 # Leak detection is off: the MPI library keeps allocations until exit by design.
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -86,9 +89,10 @@ gpu-check:
 	scripts/gpu-check.sh
 
 bench: deps
-	@$(MAKE) --no-print-directory all $(BUILD)/bench_conv
+	@$(MAKE) --no-print-directory all $(BUILD)/bench_conv $(BUILD)/bench_fused
 	scripts/bench-cpu.sh
 	scripts/bench-parallel.sh
+	$(BUILD)/bench_fused cpu 2
 
 clean:
 	rm -rf $(BUILD) build-sanitize

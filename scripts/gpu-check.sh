@@ -17,7 +17,10 @@
 #      read off those rows (bert-large FP16 at 40% MFU and at least PyTorch's speed; resnet50 FP16 at least
 #      PyTorch's). GPU_CHECK_TORCH=0 leaves PyTorch out;
 #   5. the kernel profile of the two FP16 runs (TFB_KERNEL_PROFILE=15: the 15 largest kernels by GPU time, from
-#      CUPTI), a diagnostic that never fails the check (GPU_CHECK_PROFILE=0 leaves it out).
+#      CUPTI), a diagnostic that never fails the check (GPU_CHECK_PROFILE=0 leaves it out);
+#   6. build/bench_fused: each fused op of the BERT layer against the separate ops it replaces, at bert-large's
+#      layer shapes (batch 32, FP16 outputs; batch 1 when the CPU stands in), microseconds per call and GB/s, so
+#      a run says whether each fusion paid on this GPU. It fails the check only if an op fails.
 # Ends with one compact table; logs and results files go to $OUT (default build/gpu-check). Exit 0 when every check
 # passed, 1 otherwise, 2 when there is no usable GPU. Needs what `make` needs (MPI, OpenBLAS, cJSON, hwloc, CUDA).
 # GPU_CHECK_DEVICE=cpu runs the whole script with the CPU backend standing in for the GPU (to check the script
@@ -66,7 +69,7 @@ echo "gpu-check: GPU ${gpu:-none (no nvidia-smi)}; mpicc $(command -v mpicc || e
     "cuDNN ${CUDNN_HOME:-in $cuda_home}; NCCL ${NCCL_HOME:-in $cuda_home}"
 arch=${CUDA_ARCHS:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')}
 start=$(date +%s)
-if ! make --no-print-directory CUDA_ARCHS="${arch:-90}" -j"$(nproc)" all >"$out/build.log" 2>&1; then
+if ! make --no-print-directory CUDA_ARCHS="${arch:-90}" -j"$(nproc)" all build/bench_fused >"$out/build.log" 2>&1; then
     tail -30 "$out/build.log"
     echo "gpu-check: the build failed (log: $out/build.log)"
     exit 1
@@ -202,6 +205,16 @@ print(f\"{g['global_batch']} | {ours:.1f} | {100 * s['mfu']:.1f}% | {vs} | \"
     done
 done
 
+# The fused ops against the separate ops they replace (bench_fused), when a benchmark was asked for
+fused=""
+if [ -n "$bench_models" ]; then
+    fused_batch=32
+    [ "$dev" = cpu ] && fused_batch=1
+    build/bench_fused "$dev" "$fused_batch" fp16 >"$out/fused.txt" 2>&1 || status=1
+    fused=$(cat "$out/fused.txt")
+    echo "gpu-check: $(( $(date +%s) - start )) s fused ops timed"
+fi
+
 # The kernel profile of the FP16 goal runs (TFB_KERNEL_PROFILE, CUPTI): where the GPU time goes. Diagnostic only:
 # it never fails the check. GPU_CHECK_PROFILE=0 leaves it out.
 profiles=()
@@ -222,6 +235,7 @@ echo "| model, layout | prec | last loss cpu vs gpu | max rel diff | tol | |"
 printf '%s\n' "${steps_rows[@]}"
 echo "| model | prec[:layout] | batch | samples/s | MFU | PyTorch samples/s | tfbench / PyTorch | fwd / bwd / opt ms | GiB peak / planned | peak TFLOP/s from |"
 printf '%s\n' "${bench_rows[@]}"
+[ -n "$fused" ] && echo "$fused"
 [ -n "$links_row" ] && echo "$links_row"
 [ ${#profiles[@]} -gt 0 ] && printf '%s\n' "${profiles[@]}"
 echo "gpu-check: $(( $(date +%s) - start )) s in all"

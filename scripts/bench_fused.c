@@ -1,0 +1,239 @@
+/* bench_fused.c — times each fused op of the BERT layer against the separate ops it replaces, at bert-large's layer
+ * shapes (BATCH x sequence 128, hidden 1024, 16 heads of 64, FFN 4096, dropout 0.1), on one backend. Each figure is
+ * the median of 5 samples of 20 back-to-back calls, the backend synchronised at each sample's edges, after one
+ * warm-up sample; it is the time per call. Inputs an op overwrites in place (attention's incoming gradient, which
+ * dropout's backward scales by 1 / (1 - p) each call) are restored before each sample, outside the clock, so every
+ * sample sees values of the same range. The last column is the fused op's least traffic (each input read once,
+ * each output written once) over its time: how near it runs to the memory's bandwidth.
+ * It does not check values: tests/test_ops (CPU) and tests/gpu_check (device against CPU) do.
+ * usage: bench_fused [cpu|cuda] [BATCH] [fp16|bf16]   (defaults: cuda 32 fp16)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "../kernels/backend.h"
+#include "../bench/clock.h"
+#include "../bench/stats.h"
+
+enum { SEQ = 128, HIDDEN = 1024, HEADS = 16, FFN = 4096, SAMPLES = 5, CALLS = 20 };
+
+typedef struct {
+    tfb_backend *be;
+    tfb_dtype t;                  /* the 16-bit type the fused ops write for the GEMMs */
+    int batch, n;                 /* n = batch * SEQ tokens */
+    size_t nh, nf, na;            /* elements of (n, HIDDEN), (n, FFN) and (batch, HEADS, SEQ, SEQ) */
+    float *x, *res, *h, *y, *dy, *dh, *dx;  /* (n, HIDDEN) each */
+    void *y16, *dy16;                        /* (n, HIDDEN) in t */
+    float *bias, *gamma, *beta, *dgamma, *dbeta, *dbias; /* (HIDDEN) each */
+    float *mean, *rstd;                      /* (n) */
+    float *scores, *att, *datt, *datt0;      /* (batch, HEADS, SEQ, SEQ) each; datt0: datt's first values */
+    void *att16, *din16;                     /* (batch, HEADS, SEQ, SEQ) in t */
+    float *qkv, *qkv_b;                      /* (n, 3 HIDDEN), (3 HIDDEN) */
+    void *heads16;                           /* 3 x (batch, HEADS, SEQ, 64) in t: Q, K, V head-major */
+    float *pre, *dout, *dpre, *fbias;        /* (n, FFN) x 3, (FFN) */
+    void *dpre16;                            /* (n, FFN) in t */
+} bf;
+
+typedef tfb_status (*bf_fn)(bf *b);
+
+static tfb_status restore_datt(bf *b) {
+    return b->be->copy_d2d(b->be->ctx, b->datt, b->datt0, b->na * sizeof(float));
+}
+
+static const tfb_dropout_key KEY = {.seed = 1, .site = 2, .step = 3, .offset = 0};
+static const float P = 0.1f;
+
+#define BF_CHECK(call)                                                                              \
+    do {                                                                                            \
+        if ((call) != TFB_OK) {                                                                     \
+            fprintf(stderr, "bench_fused: %s failed at %s:%d\n", #call, __FILE__, __LINE__);        \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+/* ---- the pairs: fused op, then the separate ops it replaces ---- */
+
+static tfb_residual_ln_desc rln_desc(const bf *b) {
+    return (tfb_residual_ln_desc){.h = b->h, .y = b->y, .y_lp = b->y16, .lp_type = b->t, .mean = b->mean,
+                                  .rstd = b->rstd, .x = b->x, .bias = b->bias, .residual = b->res,
+                                  .gamma = b->gamma, .beta = b->beta, .rows = b->n, .cols = HIDDEN, .eps = 1e-12f,
+                                  .p = P, .key = KEY};
+}
+static tfb_status rln_fwd_fused(bf *b) {
+    tfb_residual_ln_desc d = rln_desc(b);
+    return b->be->residual_ln_fwd(b->be->ctx, &d);
+}
+static tfb_status rln_fwd_separate(bf *b) {
+    void *c = b->be->ctx;
+    TFB_CHECK(b->be->bias_add(c, b->x, b->bias, b->n, HIDDEN));
+    TFB_CHECK(b->be->dropout_fwd(c, b->h, TFB_F32, b->x, b->nh, P, KEY));
+    TFB_CHECK(b->be->residual_add(c, b->h, b->h, b->res, b->nh));
+    TFB_CHECK(b->be->layernorm_fwd(c, b->y, b->mean, b->rstd, b->h, b->gamma, b->beta, b->n, HIDDEN, 1e-12f));
+    return b->be->cast(c, b->y16, b->t, b->y, TFB_F32, b->nh);
+}
+static tfb_status rln_bwd_fused(bf *b) {
+    tfb_residual_ln_desc d = rln_desc(b);
+    return b->be->residual_ln_bwd(b->be->ctx, &d, b->dh, b->dx, b->dgamma, b->dbeta, b->dy);
+}
+static tfb_status rln_bwd_separate(bf *b) {
+    TFB_CHECK(b->be->layernorm_bwd(b->be->ctx, b->dh, b->dgamma, b->dbeta, b->dy, b->h, b->mean, b->rstd, b->gamma,
+                                   b->n, HIDDEN));
+    return b->be->dropout_bwd(b->be->ctx, b->dx, b->dh, b->nh, P, KEY);
+}
+
+static tfb_attn_softmax_desc attn_desc(const bf *b) {
+    return (tfb_attn_softmax_desc){.att = b->att, .att_d = b->att16, .att_type = b->t, .in = b->scores,
+                                   .rows = b->batch * HEADS * SEQ, .cols = SEQ, .rows_per_key = HEADS * SEQ,
+                                   .scale = 0.125f, .p = P, .key = KEY};
+}
+static tfb_status attn_fwd_fused(bf *b) {
+    tfb_attn_softmax_desc d = attn_desc(b);
+    return b->be->attn_softmax_fwd(b->be->ctx, &d);
+}
+static tfb_status attn_fwd_separate(bf *b) {
+    TFB_CHECK(b->be->softmax_fwd(b->be->ctx, b->att, b->scores, b->batch * HEADS * SEQ, SEQ, 0.125f, NULL, 1));
+    return b->be->dropout_fwd(b->be->ctx, b->att16, b->t, b->att, b->na, P, KEY);
+}
+static tfb_status attn_bwd_fused(bf *b) {
+    tfb_attn_softmax_desc d = attn_desc(b);
+    return b->be->attn_softmax_bwd(b->be->ctx, &d, b->din16, b->t, b->datt);
+}
+static tfb_status attn_bwd_separate(bf *b) {
+    TFB_CHECK(b->be->dropout_bwd(b->be->ctx, b->datt, b->datt, b->na, P, KEY));
+    return b->be->softmax_bwd(b->be->ctx, b->din16, b->t, b->datt, b->att, b->batch * HEADS * SEQ, SEQ, 0.125f);
+}
+
+/* Q, K and V to head-major in t, each with its third of the bias (NULL: none) */
+static tfb_status qkv_heads(bf *b, const float *bias) {
+    size_t es = tfb_dtype_size(b->t), d = HIDDEN / HEADS;
+    for (int i = 0; i < 3; i++)
+        TFB_CHECK(b->be->permute_0213(b->be->ctx, (char *)b->heads16 + i * b->nh * es, b->t, SEQ * d,
+                                      b->qkv + i * HIDDEN, 3 * HIDDEN, bias ? bias + i * HIDDEN : NULL, b->batch,
+                                      SEQ, HEADS, (int)d));
+    return TFB_OK;
+}
+static tfb_status heads_fused(bf *b) { return qkv_heads(b, b->qkv_b); }
+static tfb_status heads_separate(bf *b) {
+    TFB_CHECK(b->be->bias_add(b->be->ctx, b->qkv, b->qkv_b, b->n, 3 * HIDDEN));
+    return qkv_heads(b, NULL);
+}
+
+static tfb_status cast_bias_fused(bf *b) {
+    return b->be->act_bias_bwd(b->be->ctx, TFB_ACT_GELU, b->dy16, b->t, b->dbias, b->dy, NULL, b->n, HIDDEN);
+}
+static tfb_status cast_bias_separate(bf *b) {
+    TFB_CHECK(b->be->bias_grad(b->be->ctx, b->dbias, b->dy, b->n, HIDDEN));
+    return b->be->cast(b->be->ctx, b->dy16, b->t, b->dy, TFB_F32, b->nh);
+}
+
+static tfb_status gelu_bwd_fused(bf *b) {
+    return b->be->act_bias_bwd(b->be->ctx, TFB_ACT_GELU, b->dpre16, b->t, b->fbias, b->dout, b->pre, b->n, FFN);
+}
+static tfb_status gelu_bwd_separate(bf *b) {
+    TFB_CHECK(b->be->act_bias_bwd(b->be->ctx, TFB_ACT_GELU, b->dpre, TFB_F32, b->fbias, b->dout, b->pre, b->n, FFN));
+    return b->be->cast(b->be->ctx, b->dpre16, b->t, b->dpre, TFB_F32, b->nf);
+}
+
+/* ---- buffers and timing ---- */
+
+/* n floats on the backend, standard normal values from stream `id` */
+static float *bf_normal(bf *b, size_t n, uint32_t id) {
+    float *p = b->be->alloc(b->be->ctx, n * sizeof(float));
+    if (!p) { fprintf(stderr, "bench_fused: out of memory (%zu bytes)\n", n * sizeof(float)); exit(1); }
+    BF_CHECK(b->be->normal_fill(b->be->ctx, p, 1, n, 0, tfb_philox_key_make(7, id)));
+    return p;
+}
+static void *bf_lp(bf *b, size_t n) {
+    void *p = b->be->alloc(b->be->ctx, n * tfb_dtype_size(b->t));
+    if (!p) { fprintf(stderr, "bench_fused: out of memory (%zu elements)\n", n); exit(1); }
+    return p;
+}
+
+static void bf_alloc(bf *b) {
+    uint32_t id = 0;
+    b->n = b->batch * SEQ, b->nh = (size_t)b->n * HIDDEN, b->nf = (size_t)b->n * FFN;
+    b->na = (size_t)b->batch * HEADS * SEQ * SEQ;
+    float **nh[] = {&b->x, &b->res, &b->h, &b->y, &b->dy, &b->dh, &b->dx};
+    for (size_t i = 0; i < sizeof nh / sizeof nh[0]; i++) *nh[i] = bf_normal(b, b->nh, id++);
+    float **hs[] = {&b->bias, &b->gamma, &b->beta, &b->dgamma, &b->dbeta, &b->dbias};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) *hs[i] = bf_normal(b, HIDDEN, id++);
+    b->mean = bf_normal(b, (size_t)b->n, id++), b->rstd = bf_normal(b, (size_t)b->n, id++);
+    b->scores = bf_normal(b, b->na, id++), b->att = bf_normal(b, b->na, id++), b->datt = bf_normal(b, b->na, id++);
+    b->datt0 = bf_normal(b, b->na, id++);
+    b->qkv = bf_normal(b, 3 * b->nh, id++), b->qkv_b = bf_normal(b, 3 * HIDDEN, id++);
+    b->pre = bf_normal(b, b->nf, id++), b->dout = bf_normal(b, b->nf, id++), b->dpre = bf_normal(b, b->nf, id++);
+    b->fbias = bf_normal(b, FFN, id++);
+    b->y16 = bf_lp(b, b->nh), b->dy16 = bf_lp(b, b->nh), b->att16 = bf_lp(b, b->na), b->din16 = bf_lp(b, b->na);
+    b->heads16 = bf_lp(b, 3 * b->nh), b->dpre16 = bf_lp(b, b->nf);
+}
+
+/* Seconds per call of fn: the median of SAMPLES samples of CALLS calls, after one warm-up sample; restore (or
+ * NULL) runs before each sample, untimed. */
+static double bf_time(bf *b, bf_fn fn, bf_fn restore) {
+    double t[SAMPLES];
+    for (int s = -1; s < SAMPLES; s++) {
+        if (restore) BF_CHECK(restore(b));
+        BF_CHECK(b->be->sync(b->be->ctx));
+        double t0 = tfb_clock_s();
+        for (int i = 0; i < CALLS; i++) BF_CHECK(fn(b));
+        BF_CHECK(b->be->sync(b->be->ctx));
+        if (s >= 0) t[s] = (tfb_clock_s() - t0) / CALLS;
+    }
+    return tfb_percentile(t, SAMPLES, 50);
+}
+
+typedef struct {
+    const char *name, *separate;
+    bf_fn fused, apart, restore;
+    double bytes_per_elem; /* least traffic per element of `elems` (FP32 4, 16-bit 2) */
+    int elems;             /* 0: (n, HIDDEN), 1: (n, FFN), 2: attention (batch, HEADS, SEQ, SEQ), 3: (n, 3 HIDDEN) */
+} bf_pair;
+
+static const bf_pair PAIRS[] = {
+    {"residual_ln_fwd", "bias_add dropout residual_add layernorm cast", rln_fwd_fused, rln_fwd_separate, NULL, 18, 0},
+    {"residual_ln_bwd", "layernorm_bwd dropout_bwd", rln_bwd_fused, rln_bwd_separate, NULL, 16, 0},
+    {"attn_softmax_fwd", "softmax_fwd dropout_fwd", attn_fwd_fused, attn_fwd_separate, NULL, 10, 2},
+    {"attn_softmax_bwd", "dropout_bwd softmax_bwd", attn_bwd_fused, attn_bwd_separate, restore_datt, 10, 2},
+    {"permute_0213 + bias (QKV)", "bias_add permute_0213", heads_fused, heads_separate, NULL, 6, 3},
+    {"act_bias_bwd cast + bias grad", "bias_grad cast", cast_bias_fused, cast_bias_separate, NULL, 6, 0},
+    {"act_bias_bwd gelu out16", "act_bias_bwd (FP32) cast", gelu_bwd_fused, gelu_bwd_separate, NULL, 10, 1},
+};
+
+static void bf_row(bf *b, const bf_pair *p) {
+    size_t e = p->elems == 0 ? b->nh : p->elems == 1 ? b->nf : p->elems == 2 ? b->na : 3 * b->nh;
+    double tf = bf_time(b, p->fused, p->restore), ts = bf_time(b, p->apart, p->restore);
+    printf("| %-29s | %-45s | %9.1f | %9.1f | %6.2fx | %8.1f |\n", p->name, p->separate, tf * 1e6, ts * 1e6,
+           ts / tf, p->bytes_per_elem * (double)e / tf / 1e9);
+}
+
+static void usage_exit(void) {
+    fprintf(stderr, "usage: bench_fused [cpu|cuda] [BATCH] [fp16|bf16]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    bf b = {.batch = argc > 2 ? atoi(argv[2]) : 32, .t = TFB_F16};
+    const char *dev = argc > 1 ? argv[1] : "cuda";
+    if (argc > 4 || b.batch < 1 || b.batch > 4096) usage_exit();
+    if (argc > 3 && strcmp(argv[3], "bf16") == 0) b.t = TFB_BF16;
+    else if (argc > 3 && strcmp(argv[3], "fp16") != 0) usage_exit();
+    char why[320];
+    int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (tfb_backend_open(&(tfb_backend_spec){.name = dev, .threads = threads > 0 ? threads : 1, .local_size = 1},
+                         &b.be, why, sizeof why) != TFB_OK) {
+        fprintf(stderr, "bench_fused: --device %s: %s\n", dev, why);
+        return 2;
+    }
+    bf_alloc(&b);
+    printf("bench_fused: %s%s%s, bert-large layer shapes at batch %d, sequence %d, %s outputs; us per call (median "
+           "of %d x %d calls)\n", b.be->name, b.be->device_name ? " on " : "", b.be->device_name ? b.be->device_name : "",
+           b.batch, SEQ, b.t == TFB_F16 ? "fp16" : "bf16", SAMPLES, CALLS);
+    printf("| %-29s | %-45s | %9s | %9s | %7s | %8s |\n", "fused op", "separate ops", "fused us", "separate",
+           "speedup", "GB/s");
+    printf("|-------------------------------|-----------------------------------------------|-----------|-----------|"
+           "---------|----------|\n");
+    for (size_t i = 0; i < sizeof PAIRS / sizeof PAIRS[0]; i++) bf_row(&b, &PAIRS[i]);
+    b.be->destroy(b.be);
+    return 0;
+}
