@@ -236,8 +236,8 @@ static void plan_n(tfb_mempool *p, float **const *f, int n, size_t elems) {
     for (int i = 0; i < n; i++) tfb_mempool_add(p, (void **)f[i], elems * 4);
 }
 
-/* A layer's saved activations; those only GEMMs read in the GEMM type (es bytes an element), the 16-bit casts of
- * the layer input and x1 only in 16-bit runs. */
+/* A layer's saved activations; those only GEMMs or their element-wise readers read in the GEMM type (es bytes an
+ * element), the 16-bit casts of the layer input and x1 only in 16-bit runs. */
 static void plan_layer_acts(tfb_mempool *p, const bert_model *m, bert_layer_acts *la) {
     size_t N = (size_t)m->N, H = (size_t)m->cfg.hidden, s = (size_t)m->wc.seq_len;
     size_t W = (size_t)bert_ctx_local_width(&m->ctx), F = (size_t)m->ctx.ffn, A = (size_t)m->ctx.heads;
@@ -247,11 +247,11 @@ static void plan_layer_acts(tfb_mempool *p, const bert_model *m, bert_layer_acts
     float **ln[] = {&la->ln1_mean, &la->ln1_rstd, &la->ln2_mean, &la->ln2_rstd};
     plan_n(p, ln, 4, N);
     tfb_mempool_add(p, &la->ctx, N * W * es);
-    tfb_mempool_add(p, (void **)&la->qkv, N * 3 * W * 4);
+    tfb_mempool_add(p, &la->qkv, N * 3 * W * es);
     tfb_mempool_add(p, &la->qkv_hm, N * 3 * W * es);
-    tfb_mempool_add(p, (void **)&la->att, m->B * A * s * s * 4);
+    tfb_mempool_add(p, &la->att, m->B * A * s * s * es);
     tfb_mempool_add(p, &la->att_d, m->B * A * s * s * es);
-    tfb_mempool_add(p, (void **)&la->u, N * F * 4);
+    tfb_mempool_add(p, &la->u, N * F * es);
     tfb_mempool_add(p, &la->g, N * F * es);
     if (m->wc.gemm_type == TFB_F32) return;
     tfb_mempool_add(p, &la->x_lp, N * H * 2);
@@ -452,7 +452,7 @@ static tfb_status heads_fwd(bert_model *m, bert_slot *a, const bert_batch *d, co
     float nsp;
     TFB_CHECK(be->embedding_fwd(be->ctx, a->mlm_in, y, d->mlm_rows, M, H, 0));
     TFB_CHECK(bert_linear_fwd(c, a->mlm_pre, a->mlm_in, m->w.mlm_w, NULL, M, H, H));
-    TFB_CHECK(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, a->mlm_act, TFB_F32, a->mlm_pre, m->w.mlm_b, M, H));
+    TFB_CHECK(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, a->mlm_act, TFB_F32, a->mlm_pre, TFB_F32, m->w.mlm_b, M, H));
     TFB_CHECK(be->layernorm_fwd(be->ctx, a->mlm_ln, a->mlm_mean, a->mlm_rstd, a->mlm_act, m->w.mlm_ln_g,
                                 m->w.mlm_ln_b, M, H, 1e-12f));
     TFB_CHECK(bert_linear_fwd(c, a->logits, a->mlm_ln, m->w.word_emb, m->w.mlm_dec_b, M, H, m->st.Vl));
@@ -523,7 +523,8 @@ static tfb_status heads_bwd(bert_model *m, bert_slot *a, const bert_batch *d, fl
     TFB_CHECK(decoder_bwd(m, a, d, loss_scale / M));
     TFB_CHECK(be->layernorm_bwd(be->ctx, m->dm2, m->g.mlm_ln_g, m->g.mlm_ln_b, m->dm1, a->mlm_act, a->mlm_mean,
                                 a->mlm_rstd, m->w.mlm_ln_g, M, H));
-    TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, m->dm2, TFB_F32, m->g.mlm_b, m->dm2, a->mlm_pre, M, H));
+    TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, m->dm2, TFB_F32, m->g.mlm_b, m->dm2, a->mlm_pre, TFB_F32,
+                                 m->w.mlm_b, M, H));
     TFB_CHECK(bert_linear_bwd(c, m->dm1, m->g.mlm_w, NULL, m->dm2, a->mlm_in, m->w.mlm_w, M, H, H));
     TFB_CHECK(be->fill(be->ctx, m->dy, 0.0f, (size_t)m->N * H));
     TFB_CHECK(be->embedding_bwd(be->ctx, m->dy, m->dm1, d->mlm_rows, M, H));

@@ -3,7 +3,9 @@
  * Attention runs on head-major copies of Q, K and V (permuted out of the fused (N, 3H) projection), so each of its
  * GEMMs is one strided batched call over every (sample, head) pair, not one call per sample: the launch count per
  * layer does not grow with the batch. The probabilities and their dropout come from one row pass (attn_softmax_fwd,
- * scale and key mask inside), and their gradient from one (attn_softmax_bwd).
+ * scale and key mask inside), and their gradient from one (attn_softmax_bwd). The scores and the probabilities
+ * saved for that backward are in the GEMM type (PyTorch's autocast keeps FP32 probabilities; here the row's
+ * arithmetic is FP32 and only the stored values are rounded).
  *
  * Every activation a GEMM reads is made once, in the GEMM type, by the op that produces it where the op can write
  * that type (the head-major permutes, the attention softmax, GELU, the LayerNorm giving x1), else by one cast kept
@@ -11,7 +13,8 @@
  * second cast and no second permute. The same holds for gradients where their op can write the GEMM type (the GELU
  * backward, the attention softmax's backward, dctx's permute); the others are cast before their GEMMs, the cast
  * summing the bias gradient in the same pass. The QKV bias is added by the permute to heads, not by a pass of its
- * own.
+ * own. The GEMM results read only by such an op (the QKV projection, the attention scores, the head-major context,
+ * the FFN up-projection) are written in the GEMM type by the GEMM itself, so nothing reads or writes them in FP32.
  *
  * Each sublayer ends in one fused op (residual_ln_fwd): its output projection's bias, dropout, the residual sum and
  * LayerNorm in one pass, instead of four. Its backward (residual_ln_bwd) gives both the residual's gradient and the
@@ -49,7 +52,8 @@ static tfb_status lp_act(const bert_ctx *c, int slot, const float *x, size_t n, 
 static tfb_status grad_operand(const bert_ctx *c, const float *dout, int n, int out_f, float **db, const void **dy) {
     if (c->gemm_type == TFB_F32 || !*db) return lp_act(c, 0, dout, (size_t)n * out_f, dy);
     if ((size_t)n * out_f > c->lp_elems) return TFB_ERR_ARG;
-    TFB_CHECK(c->be->act_bias_bwd(c->be->ctx, TFB_ACT_GELU, c->lp[0], c->gemm_type, *db, dout, NULL, n, out_f));
+    TFB_CHECK(c->be->act_bias_bwd(c->be->ctx, TFB_ACT_GELU, c->lp[0], c->gemm_type, *db, dout, NULL, TFB_F32, NULL, n,
+                                  out_f));
     *dy = c->lp[0];
     *db = NULL;
     return TFB_OK;
@@ -70,13 +74,14 @@ static const void *lp_weight(const bert_ctx *c, const float *w) {
     return c->lp_weights + (w - c->master_base);
 }
 
+/* out of type ct: FP32, or the GEMM type for a result whose readers take it so */
 static tfb_status gemm(const bert_ctx *c, int ta, int tb, int m, int n, int k, const void *a, int lda,
-                       long long sa, const void *b, int ldb, long long sb, float beta, float *out, int ldc,
-                       long long sc, int batch) {
+                       long long sa, const void *b, int ldb, long long sb, float beta, void *out, tfb_dtype ct,
+                       int ldc, long long sc, int batch) {
     tfb_gemm_desc d = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f, .beta = beta,
                        .a = a, .lda = lda, .stride_a = sa, .b = b, .ldb = ldb, .stride_b = sb, .c = out,
                        .ldc = ldc, .stride_c = sc, .batch = batch, .in_type = c->gemm_type,
-                       .tf32 = c->tf32};
+                       .tf32 = c->tf32, .c_type = ct};
     return c->be->gemm(c->be->ctx, &d);
 }
 
@@ -88,8 +93,14 @@ static const void *at(const bert_ctx *c, const void *p, size_t e) {
 /* As bert_linear_fwd, the input given as its GEMM operand x (of the GEMM type). */
 static tfb_status linear_fwd_op(const bert_ctx *c, float *out, const void *x, const float *w, const float *b, int n,
                                 int in_f, int out_f) {
-    TFB_CHECK(gemm(c, 0, 1, n, out_f, in_f, x, in_f, 0, lp_weight(c, w), in_f, 0, 0.0f, out, out_f, 0, 1));
+    TFB_CHECK(gemm(c, 0, 1, n, out_f, in_f, x, in_f, 0, lp_weight(c, w), in_f, 0, 0.0f, out, TFB_F32, out_f, 0, 1));
     return b ? c->be->bias_add(c->be->ctx, out, b, n, out_f) : TFB_OK;
+}
+
+/* out (n, out_f) = x W^T in the GEMM type, without a bias (its reader adds it): x is the GEMM operand. */
+static tfb_status linear_fwd_lp(const bert_ctx *c, void *out, const void *x, const float *w, int n, int in_f,
+                                int out_f) {
+    return gemm(c, 0, 1, n, out_f, in_f, x, in_f, 0, lp_weight(c, w), in_f, 0, 0.0f, out, c->gemm_type, out_f, 0, 1);
 }
 
 tfb_status bert_linear_fwd(const bert_ctx *c, float *out, const float *in, const float *w, const float *b, int n,
@@ -102,7 +113,7 @@ tfb_status bert_linear_fwd(const bert_ctx *c, float *out, const float *in, const
 /* dW += dy^T x and db += colsum(dout), dy being dout already in the GEMM type and x the input's GEMM operand. */
 static tfb_status linear_bwd_weight(const bert_ctx *c, float *dw, float *db, const void *dy, const float *dout,
                                    const void *x, int n, int in_f, int out_f) {
-    TFB_CHECK(gemm(c, 1, 0, out_f, in_f, n, dy, out_f, 0, x, in_f, 0, 1.0f, dw, in_f, 0, 1));
+    TFB_CHECK(gemm(c, 1, 0, out_f, in_f, n, dy, out_f, 0, x, in_f, 0, 1.0f, dw, TFB_F32, in_f, 0, 1));
     return db ? c->be->bias_grad(c->be->ctx, db, dout, n, out_f) : TFB_OK;
 }
 
@@ -115,7 +126,8 @@ static tfb_status linear_bwd_beta(const bert_ctx *c, float *din, float din_beta,
     if (!dw) db = NULL;
     if (!dy) TFB_CHECK(grad_operand(c, dout, n, out_f, &db, &dy));
     if (din)
-        TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, din_beta, din, in_f, 0, 1));
+        TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, din_beta, din, TFB_F32, in_f,
+                       0, 1));
     return dw ? linear_bwd_weight(c, dw, db, dy, dout, x, n, in_f, out_f) : TFB_OK;
 }
 
@@ -153,7 +165,7 @@ static tfb_status col_parallel_bwd_op(const bert_ctx *c, float *din, float *dw, 
     if (!has_group(c)) return linear_bwd_beta(c, din, 0.0f, dw, db, dout, dy, x, w, n, in_f, out_f);
     if (!dw) db = NULL;
     if (!dy) TFB_CHECK(grad_operand(c, dout, n, out_f, &db, &dy)); /* cast once: slot 0 holds it through both */
-    TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, in_f, 0, 1));
+    TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, TFB_F32, in_f, 0, 1));
     tfb_comm_request *req = NULL; /* dX's sum over the group runs while the weight gradient is computed */
     TFB_CHECK(c->tp->iallreduce(c->tp, din, (size_t)n * in_f, TFB_COMM_F32, TFB_SUM, &req));
     TFB_CHECK(linear_bwd_weight(c, dw, db, dy, dout, x, n, in_f, out_f));
@@ -185,8 +197,9 @@ static tfb_status attention_softmax(const bert_ctx *c, int layer, const bert_lay
     for (int b = 0; b < calls; b++) {
         size_t o = b * per_sample;
         uint64_t elem0 = ((c->sample0 + (uint64_t)b) * At + (uint64_t)c->tp_rank * A) * s * s;
-        tfb_attn_softmax_desc d = {.att = a->att + o, .att_d = (char *)a->att_d + o * esz, .att_type = c->gemm_type,
-                                   .in = a->att + o, .key_len = c->key_len ? c->key_len + b : NULL,
+        tfb_attn_softmax_desc d = {.att = (char *)a->att + o * esz, .att_d = (char *)a->att_d + o * esz,
+                                   .att_type = c->gemm_type, .in = (char *)a->att + o * esz,
+                                   .prob_type = c->gemm_type, .key_len = c->key_len ? c->key_len + b : NULL,
                                    .rows = (calls == 1 ? c->batch : 1) * A * s, .cols = s, .rows_per_key = A * s,
                                    .scale = 1.0f / sqrtf((float)head_dim), .p = c->dropout,
                                    .key = bert_dropout_key(c, site_of(layer, SITE_ATT), elem0)};
@@ -196,8 +209,9 @@ static tfb_status attention_softmax(const bert_ctx *c, int layer, const bert_lay
     return TFB_OK;
 }
 
-/* Attention's head-major tensors: the saved Q, K and V (blocks 0..2 of a->qkv_hm, in the GEMM type) and two FP32
- * scratch blocks of ctx->hm for GEMM results: o (the context, later dQ) and t (dV, later dK). */
+/* Attention's head-major tensors: the saved Q, K and V (blocks 0..2 of a->qkv_hm, in the GEMM type) and two
+ * scratch blocks of ctx->hm for GEMM results: o (the context in the GEMM type, later dQ in FP32) and t (dV, later
+ * dK, FP32). */
 typedef struct {
     float *o, *t;        /* (batch, A, s, d) each */
     int s, A, d, W;
@@ -211,46 +225,48 @@ static heads_view heads_of(const bert_ctx *c) {
     return h;
 }
 
-/* (N, W) token-major columns [col0, col0 + W) of rows ld apart -> (batch, A, s, d) head-major of type t, and
- * back. */
-static tfb_status to_heads(const bert_ctx *c, const heads_view *h, void *out, tfb_dtype t, const float *in, int ld,
-                           const float *bias) {
-    return c->be->permute_0213(c->be->ctx, out, t, (size_t)h->s * h->d, in, (size_t)ld, bias, c->batch, h->s, h->A,
-                               h->d);
+/* (N, W) token-major columns [col0, col0 + W) of rows ld apart, of type it -> (batch, A, s, d) head-major of type
+ * t, and back. */
+static tfb_status to_heads(const bert_ctx *c, const heads_view *h, void *out, tfb_dtype t, const void *in,
+                           tfb_dtype it, int ld, const float *bias) {
+    return c->be->permute_0213(c->be->ctx, out, t, (size_t)h->s * h->d, in, it, (size_t)ld, bias, c->batch, h->s,
+                               h->A, h->d);
 }
-static tfb_status from_heads(const bert_ctx *c, const heads_view *h, void *out, tfb_dtype t, int ld, const float *in) {
-    return c->be->permute_0213(c->be->ctx, out, t, (size_t)ld, in, (size_t)h->s * h->d, NULL, c->batch, h->A, h->s,
-                               h->d);
+static tfb_status from_heads(const bert_ctx *c, const heads_view *h, void *out, tfb_dtype t, int ld, const void *in,
+                             tfb_dtype it) {
+    return c->be->permute_0213(c->be->ctx, out, t, (size_t)ld, in, it, (size_t)h->s * h->d, NULL, c->batch, h->A,
+                               h->s, h->d);
 }
 
-/* q, k, v head-major in the GEMM type from qkv (N, 3W) plus its bias b (3W), into qkv_hm: the attention GEMMs'
- * operands. */
-static tfb_status qkv_heads(const bert_ctx *c, const heads_view *h, const float *qkv, const float *b, void *qkv_hm) {
+/* q, k, v head-major in the GEMM type from qkv (N, 3W, in the GEMM type) plus its bias b (3W), into qkv_hm: the
+ * attention GEMMs' operands. */
+static tfb_status qkv_heads(const bert_ctx *c, const heads_view *h, const void *qkv, const float *b, void *qkv_hm) {
     for (int i = 0; i < 3; i++)
         TFB_CHECK(to_heads(c, h, (char *)qkv_hm + i * h->nw * tfb_dtype_size(c->gemm_type), c->gemm_type,
-                           qkv + i * h->W, 3 * h->W, b + i * h->W));
+                           at(c, qkv, (size_t)i * h->W), c->gemm_type, 3 * h->W, b + i * h->W));
     return TFB_OK;
 }
 
-/* One strided batched GEMM over all (sample, head) pairs: C_i = op(A_i) op(B_i), i < batch * A. */
+/* One strided batched GEMM over all (sample, head) pairs: C_i = op(A_i) op(B_i), i < batch * A, C of type ct. */
 static tfb_status heads_gemm(const bert_ctx *c, const heads_view *h, int ta, int tb, int m, int n, int k,
-                             const void *a, int lda, long long sa, const void *b, int ldb, long long sb, float *out,
-                             int ldc, long long sc) {
-    return gemm(c, ta, tb, m, n, k, a, lda, sa, b, ldb, sb, 0.0f, out, ldc, sc, c->batch * h->A);
+                             const void *a, int lda, long long sa, const void *b, int ldb, long long sb, void *out,
+                             tfb_dtype ct, int ldc, long long sc) {
+    return gemm(c, ta, tb, m, n, k, a, lda, sa, b, ldb, sb, 0.0f, out, ct, ldc, sc, c->batch * h->A);
 }
 
 /* ctx (N, Hl) = Dropout(softmax(Q K^T * scale)) V for every sample and head, Q, K, V being a->qkv + qkv_b; saves
- * qkv_hm, att, att_d and ctx. */
+ * qkv_hm, att, att_d and ctx. The context leaves its GEMM in the GEMM type (scratch o) for the permute back. */
 static tfb_status attention_fwd(const bert_ctx *c, int layer, const float *qkv_b, bert_layer_acts *a) {
     heads_view h = heads_of(c);
     int s = h.s, d = h.d;
     long long sd = (long long)s * d, ss = (long long)s * s;
     const void *qkv = a->qkv_hm;
     TFB_CHECK(qkv_heads(c, &h, a->qkv, qkv_b, a->qkv_hm));
-    TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, qkv, d, sd, at(c, qkv, h.nw), d, sd, a->att, s, ss));
+    TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, qkv, d, sd, at(c, qkv, h.nw), d, sd, a->att, c->gemm_type, s, ss));
     TFB_CHECK(attention_softmax(c, layer, a, NULL, NULL, TFB_F32));
-    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, a->att_d, s, ss, at(c, qkv, 2 * h.nw), d, sd, h.o, d, sd));
-    return from_heads(c, &h, a->ctx, c->gemm_type, h.W, h.o);
+    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, a->att_d, s, ss, at(c, qkv, 2 * h.nw), d, sd, h.o, c->gemm_type, d,
+                         sd));
+    return from_heads(c, &h, a->ctx, c->gemm_type, h.W, h.o, c->gemm_type);
 }
 
 /* A sublayer's residual, dropout and LayerNorm (ln 1 or 2): h = residual + Dropout(proj + bias), y = LN(h), and
@@ -276,14 +292,14 @@ tfb_status bert_layer_fwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
     float *proj = a->y; /* y is written last: use it as the projection buffer first */
     const void *xo;
     TFB_CHECK(keep_operand(c, a->x_lp, x, (size_t)N * H, &xo));
-    TFB_CHECK(linear_fwd_op(c, a->qkv, xo, w->qkv_w, NULL, N, H, 3 * W)); /* the bias is added on the way to heads */
+    TFB_CHECK(linear_fwd_lp(c, a->qkv, xo, w->qkv_w, N, H, 3 * W)); /* the bias is added on the way to heads */
     TFB_CHECK(attention_fwd(c, layer, w->qkv_b, a));
     TFB_CHECK(row_parallel_fwd(c, proj, a->ctx, w->ao_w, N, W, H));
     tfb_residual_ln_desc d = residual_ln_of(c, layer, 1, w, a);
     d.x = proj, d.residual = x, d.y = a->x1, d.y_lp = a->x1_lp;
     TFB_CHECK(c->be->residual_ln_fwd(c->be->ctx, &d));
-    TFB_CHECK(linear_fwd_op(c, a->u, kept_operand(a->x1_lp, a->x1), w->ff1_w, NULL, N, H, F));
-    TFB_CHECK(c->be->bias_act_fwd(c->be->ctx, TFB_ACT_GELU, a->g, c->gemm_type, a->u, w->ff1_b, N, F));
+    TFB_CHECK(linear_fwd_lp(c, a->u, kept_operand(a->x1_lp, a->x1), w->ff1_w, N, H, F));
+    TFB_CHECK(c->be->bias_act_fwd(c->be->ctx, TFB_ACT_GELU, a->g, c->gemm_type, a->u, c->gemm_type, w->ff1_b, N, F));
     TFB_CHECK(row_parallel_fwd(c, proj, a->g, w->ff2_w, N, F, H));
     d = residual_ln_of(c, layer, 2, w, a);
     d.x = proj, d.residual = a->x1, d.y = a->y;
@@ -300,15 +316,15 @@ static tfb_status attention_bwd(const bert_ctx *c, int layer, const bert_layer_a
     long long sd = (long long)s * d, ss = (long long)s * s;
     const void *qkv = a->qkv_hm;
     void *dc = f32 ? (void *)h.o : c->lp[1], *datt = f32 ? (void *)sc->datt : c->lp[2];
-    TFB_CHECK(to_heads(c, &h, dc, c->gemm_type, dctx, h.W, NULL));
-    TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, dc, d, sd, at(c, qkv, 2 * h.nw), d, sd, sc->datt, s, ss));
-    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, a->att_d, s, ss, dc, d, sd, h.t, d, sd)); /* dV */
-    TFB_CHECK(from_heads(c, &h, sc->dqkv + 2 * h.W, TFB_F32, W3, h.t));
+    TFB_CHECK(to_heads(c, &h, dc, c->gemm_type, dctx, TFB_F32, h.W, NULL));
+    TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, dc, d, sd, at(c, qkv, 2 * h.nw), d, sd, sc->datt, TFB_F32, s, ss));
+    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, a->att_d, s, ss, dc, d, sd, h.t, TFB_F32, d, sd)); /* dV */
+    TFB_CHECK(from_heads(c, &h, sc->dqkv + 2 * h.W, TFB_F32, W3, h.t, TFB_F32));
     TFB_CHECK(attention_softmax(c, layer, a, sc->datt, datt, c->gemm_type));
-    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, datt, s, ss, at(c, qkv, h.nw), d, sd, h.o, d, sd)); /* dQ */
-    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, datt, s, ss, qkv, d, sd, h.t, d, sd));             /* dK */
-    TFB_CHECK(from_heads(c, &h, sc->dqkv, TFB_F32, W3, h.o));
-    return from_heads(c, &h, sc->dqkv + h.W, TFB_F32, W3, h.t);
+    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, datt, s, ss, at(c, qkv, h.nw), d, sd, h.o, TFB_F32, d, sd)); /* dQ */
+    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, datt, s, ss, qkv, d, sd, h.t, TFB_F32, d, sd));             /* dK */
+    TFB_CHECK(from_heads(c, &h, sc->dqkv, TFB_F32, W3, h.o, TFB_F32));
+    return from_heads(c, &h, sc->dqkv + h.W, TFB_F32, W3, h.t, TFB_F32);
 }
 
 /* din (n, in_f) += a column-parallel layer's dX, dout's GEMM operand being dy or NULL as in linear_bwd_beta. On one
@@ -331,7 +347,8 @@ tfb_status bert_layer_bwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
     TFB_CHECK(be->residual_ln_bwd(be->ctx, &d2, s->t1, s->t2, dw->ln2_g, dw->ln2_b, grad));
     TFB_CHECK(linear_bwd_op(c, s->dff, dw->ff2_w, dw->ff2_b, s->t2, a->g, w->ff2_w, N, F, H));
     void *dff = c->gemm_type == TFB_F32 ? (void *)s->dff : c->lp[0]; /* GELU's backward writes the GEMM operand */
-    TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, dff, c->gemm_type, dw->ff1_b, s->dff, a->u, N, F));
+    TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, dff, c->gemm_type, dw->ff1_b, s->dff, a->u, c->gemm_type,
+                               w->ff1_b, N, F));
     TFB_CHECK(col_parallel_bwd_acc(c, s->t1, s->t2, dw->ff1_w, NULL, NULL, dff, kept_operand(a->x1_lp, a->x1),
                                    w->ff1_w, N, H, F)); /* t1 <- dx1 */
     /* grad <- dh1 (the layer input's gradient through the residual), t2 <- the attention projection's gradient */

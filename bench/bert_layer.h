@@ -8,7 +8,10 @@
  * masters). Activations that only GEMMs read (head-major Q, K, V, the dropped-out attention probabilities, the
  * context, the GELU output) are saved in that type only, written so by the ops that make them; the layer input and
  * x1, which LayerNorm's residuals also read, are saved in FP32 and in 16 bits (the input by a cast, x1 by LN1
- * itself). Gradients are cast into scratch slots unless the op making them writes the GEMM type (GELU's backward
+ * itself). The GEMM results that only an element-wise op reads (the QKV projection, read by the permute to heads;
+ * the attention scores, read by the softmax, which saves its probabilities in the same type; the context, read by
+ * the permute back; the FFN up-projection, read by GELU and its backward) are written by their GEMM in the GEMM
+ * type as well, as PyTorch's autocast does; a bias is added in FP32 by the op reading them. Gradients are cast into scratch slots unless the op making them writes the GEMM type (GELU's backward
  * writes dU so). Everything else is FP32. This file allocates nothing.
  *
  * Tensor parallelism (Megatron-LM): a rank holds whole heads of Wqkv and rows of W1 (column-parallel) and the
@@ -41,8 +44,8 @@ typedef struct {
     int step;
     uint64_t sample0;        /* global index of local sample 0: dropout counters are global */
     const int *key_len;      /* (batch) valid keys per sample, or NULL for none masked */
-    float *hm;               /* (2, batch, heads, seq, head_dim) head-major FP32 GEMM results: the context (later
-                              * dQ) and dV (later dK) */
+    float *hm;               /* (2, batch, heads, seq, head_dim) head-major GEMM results: the context (in the GEMM
+                              * type; later dQ, FP32) and dV (later dK, FP32) */
     void *lp[3];             /* (lp_elems) 16-bit scratch for gradient operands; unused in FP32 */
     size_t lp_elems;
     const float *master_base;/* FP32 parameter pool; weight w's 16-bit copy is lp_weights + (w - master_base) */
@@ -68,9 +71,9 @@ typedef struct {
 /* What forward saves for backward. N = batch * seq tokens, A = heads, s = seq. "GEMM type": ctx->gemm_type. */
 typedef struct {
     void *x_lp;      /* (N, H) the layer input in the GEMM type; NULL in FP32 runs (the input itself) */
-    float *qkv;      /* (N, 3Hl) x Wqkv^T; the bias is added on the way into qkv_hm */
+    void *qkv;       /* (N, 3Hl) x Wqkv^T in the GEMM type; the bias is added on the way into qkv_hm */
     void *qkv_hm;    /* (3, batch, A, s, d) head-major Q, K, V in the GEMM type, A: this rank's heads */
-    float *att;      /* (batch, A, s, s) softmax output */
+    void *att;       /* (batch, A, s, s) the scores, then the softmax output, in the GEMM type */
     void *att_d;     /* (batch, A, s, s) after attention dropout, in the GEMM type */
     void *ctx;       /* (N, Hl) attention context, heads concatenated, in the GEMM type */
     float *h1;       /* (N, H) LN1 input */
@@ -78,7 +81,7 @@ typedef struct {
     float *ln1_rstd; /* (N) */
     float *x1;       /* (N, H) LN1 output */
     void *x1_lp;     /* (N, H) x1 in the GEMM type; NULL in FP32 runs */
-    float *u;        /* (N, Fl) FFN up-projection before GELU */
+    void *u;         /* (N, Fl) x1 W1^T in the GEMM type (GELU adds the bias b1 as it reads it) */
     void *g;         /* (N, Fl) GELU output, in the GEMM type */
     float *h2;       /* (N, H) LN2 input */
     float *ln2_mean; /* (N) */

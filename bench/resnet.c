@@ -527,7 +527,7 @@ static tfb_status draw_images(resnet_model *m, float *images, uint64_t first, tf
     float *dst = m->layout == TFB_NHWC ? m->dz : images;
     TFB_CHECK(m->be->normal_fill(m->be->ctx, dst, (size_t)m->n, (size_t)3 * hw, first, k));
     if (m->layout == TFB_NCHW) return TFB_OK;
-    return m->be->permute_0213(m->be->ctx, images, TFB_F32, 3, m->dz, (size_t)hw, NULL, m->n, 3, hw, 1);
+    return m->be->permute_0213(m->be->ctx, images, TFB_F32, 3, m->dz, TFB_F32, (size_t)hw, NULL, m->n, 3, hw, 1);
 }
 
 static tfb_status resnet_load_batch(void *self, int step, int mb, int slot) {
@@ -997,8 +997,8 @@ static tfb_status resnet_dump_batch(void *self, const char *dir) {
         float *host = tfb_mempool_mirror(&m->pools[3], net->images);
         const float *nchw = net->images;
         if (m->layout == TFB_NHWC) { /* dumps are NCHW whatever the layout */
-            TFB_CHECK(
-                m->be->permute_0213(m->be->ctx, m->dz, TFB_F32, (size_t)hw, net->images, 3, NULL, m->n, hw, 3, 1));
+            TFB_CHECK(m->be->permute_0213(m->be->ctx, m->dz, TFB_F32, (size_t)hw, net->images, TFB_F32, 3, NULL, m->n,
+                                          hw, 3, 1));
             nchw = m->dz;
         }
         TFB_CHECK(m->be->copy_d2h(m->be->ctx, host, nchw, (size_t)m->n * per * sizeof(float)));

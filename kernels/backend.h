@@ -27,17 +27,20 @@ static inline size_t tfb_dtype_size(tfb_dtype t) { return t == TFB_F32 ? 4 : 2; 
 const char *tfb_dtype_name(tfb_dtype t);
 
 /* C = alpha * op(A) @ op(B) + beta * C for `batch` matrices, row-major. op(A) is (m, k), op(B) is (k, n), C is
- * (m, n). A and B are of type `in_type`; accumulation and C are FP32. Matrix i starts at base + i * stride. */
+ * (m, n). A and B are of type `in_type`; accumulation is FP32, and so is C unless c_type names in_type's 16-bit
+ * type (the result rounded once as it is written, so the op reading it takes half the bytes). Matrix i starts at
+ * base + i * stride. */
 typedef struct {
     int trans_a, trans_b;   /* 0: as stored, 1: transposed */
     int m, n, k;
     float alpha, beta;
     const void *a; int lda; long long stride_a;
     const void *b; int ldb; long long stride_b;
-    float *c; int ldc; long long stride_c;
+    void *c; int ldc; long long stride_c;
     int batch;              /* >= 1 */
     tfb_dtype in_type;
     int tf32;               /* FP32 inputs only: 1 rounds them to TF32 (10-bit mantissa) as tensor cores do */
+    tfb_dtype c_type;       /* TFB_F32 (the zero default), or in_type when that is FP16 or BF16 */
 } tfb_gemm_desc;
 
 /* A 2-D convolution without bias: x (n, c, h, w), filters (k, c, r, s), y (n, k, p, q) in NCHW; in NHWC
@@ -93,12 +96,14 @@ typedef struct {
 } tfb_residual_ln_desc;
 
 /* Attention's probabilities and their dropout, one row pass: att = softmax(scale * in) per row, columns >=
- * key_len[r / rows_per_key] masked out (probability 0) when key_len is set, and att_d = Dropout(att). */
+ * key_len[r / rows_per_key] masked out (probability 0) when key_len is set, and att_d = Dropout(att), att as
+ * stored (rounded to prob_type). The row's arithmetic is FP32 whatever prob_type is. */
 typedef struct {
-    float *att;             /* (rows, cols) out, saved for the backward; may alias in */
+    void *att;              /* (rows, cols) out in prob_type, saved for the backward; may alias in */
     void *att_d;            /* (rows, cols) out in att_type: the context GEMM's operand */
     tfb_dtype att_type;
-    const float *in;        /* (rows, cols) scores */
+    const void *in;         /* (rows, cols) scores in prob_type (the scores GEMM writes them so) */
+    tfb_dtype prob_type;    /* of in and att: TFB_F32 (the zero default), FP16 or BF16 */
     const int *key_len;     /* (rows / rows_per_key), or NULL */
     int rows, cols, rows_per_key;
     float scale;
@@ -183,10 +188,11 @@ struct tfb_backend {
     /* din of din_type = scale * out * (dout - sum_j dout_j out_j); an FP32 din may alias dout */
     tfb_status (*softmax_bwd)(void *ctx, void *din, tfb_dtype din_type, const float *dout, const float *out, int rows,
                               int cols, float scale);
-    /* As tfb_attn_softmax_desc says; the same values as softmax_fwd then dropout_fwd. */
+    /* As tfb_attn_softmax_desc says; in FP32 the same values as softmax_fwd then dropout_fwd, in 16 bits those of
+     * the widened scores with att rounded before the dropout reads it. */
     tfb_status (*attn_softmax_fwd)(void *ctx, const tfb_attn_softmax_desc *d);
     /* Its backward: din (rows, cols) of din_type = softmax_bwd of dropout_bwd of datt_d (att_d's gradient, which
-     * may be overwritten), through d's att; an FP32 din may alias datt_d. */
+     * may be overwritten), through d's att (widened); an FP32 din may alias datt_d. */
     tfb_status (*attn_softmax_bwd)(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype din_type,
                                    float *datt_d);
 
@@ -195,15 +201,16 @@ struct tfb_backend {
     /* din (n) = dout * act'(in); din may alias dout */
     tfb_status (*act_bwd)(void *ctx, tfb_act act, float *din, const float *dout, const float *in, size_t n);
 
-    /* pre (n, h) += bias (h), then out (n, h) of out_type = act(pre): one pass (pre is kept for the backward) */
-    tfb_status (*bias_act_fwd)(void *ctx, tfb_act act, void *out, tfb_dtype out_type, float *pre, const float *bias,
-                               int n, int h);
-    /* din (n, h) of din_type = dout * act'(pre) and dbias (h) += column sums of the FP32 din, in one pass (a
-     * 16-bit din is the GEMM operand of the layer below: written rounded, with no FP32 copy). pre NULL stands for
-     * the identity (act ignored): dout's cast and its bias gradient in one pass. din may alias dout when din_type
-     * is FP32. */
+    /* out (n, h) of out_type = act(pre + bias), pre (n, h) of pre_type (a GEMM's result, left as it is and kept
+     * for the backward) and bias (h) FP32: the sum formed in FP32, one pass */
+    tfb_status (*bias_act_fwd)(void *ctx, tfb_act act, void *out, tfb_dtype out_type, const void *pre,
+                               tfb_dtype pre_type, const float *bias, int n, int h);
+    /* din (n, h) of din_type = dout * act'(pre + bias) (pre of pre_type as bias_act_fwd read it; bias NULL: none)
+     * and dbias (h) += column sums of the FP32 din, in one pass (a 16-bit din is the GEMM operand of the layer
+     * below: written rounded, with no FP32 copy). pre NULL stands for the identity (act and bias ignored): dout's
+     * cast and its bias gradient in one pass. din may alias dout when din_type is FP32. */
     tfb_status (*act_bias_bwd)(void *ctx, tfb_act act, void *din, tfb_dtype din_type, float *dbias, const float *dout,
-                               const float *pre, int n, int h);
+                               const void *pre, tfb_dtype pre_type, const float *bias, int n, int h);
     /* x (n, h) += bias (h) broadcast over rows */
     tfb_status (*bias_add)(void *ctx, float *x, const float *bias, int n, int h);
     /* dbias (h) += column sums of dout (n, h) */
@@ -326,10 +333,11 @@ struct tfb_backend {
     /* out (n0, n2, n1, n3) = in (n0, n1, n2, n3), the middle two dimensions swapped (attention's tokens x heads <->
      * heads x tokens). in's rows (i0, i1) of n2 * n3 elements lie in_ld apart, out's rows (i0, i2) of n1 * n3
      * elements out_ld apart: in[(i0 n1 + i1) in_ld + i2 n3 + i3] goes to out[(i0 n2 + i2) out_ld + i1 n3 + i3].
-     * out is of out_type (a 16-bit one rounds: attention's GEMM operands are written in their type directly). When
-     * bias (n2 n3) is set, bias[i2 n3 + i3] is added to every input row first (the QKV projection's bias). */
-    tfb_status (*permute_0213)(void *ctx, void *out, tfb_dtype out_type, size_t out_ld, const float *in, size_t in_ld,
-                               const float *bias, int n0, int n1, int n2, int n3);
+     * in is of in_type and out of out_type (a 16-bit out rounds: attention's GEMM operands are written in their
+     * type directly, from GEMM results that may be 16-bit too). When bias (n2 n3) is set, bias[i2 n3 + i3] is added
+     * to every input row first, in FP32 (the QKV projection's bias). */
+    tfb_status (*permute_0213)(void *ctx, void *out, tfb_dtype out_type, size_t out_ld, const void *in,
+                               tfb_dtype in_type, size_t in_ld, const float *bias, int n0, int n1, int n2, int n3);
 
     /* dst (n) = src (n) converted between FP32, FP16 and BF16 */
     tfb_status (*cast)(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type, size_t n);

@@ -4,7 +4,10 @@
  * warm-up sample; it is the time per call. Inputs an op overwrites in place (attention's incoming gradient, which
  * dropout's backward scales by 1 / (1 - p) each call) are restored before each sample, outside the clock, so every
  * sample sees values of the same range. The last column is the fused op's least traffic (each input read once,
- * each output written once) over its time: how near it runs to the memory's bandwidth.
+ * each output written once) over its time: how near it runs to the memory's bandwidth. Two rows time a GEMM with
+ * the op reading its result, the result written in 16 bits against FP32 (the FFN up-projection with GELU, the QKV
+ * projection with its permutes to heads); they have no traffic column, the GEMM's time being mostly arithmetic.
+ * The p16 rows time attention's softmax on 16-bit scores and probabilities against the FP32 ones.
  * It does not check values: tests/test_ops (CPU) and tests/gpu_check (device against CPU) do.
  * usage: bench_fused [cpu|cuda] [BATCH] [fp16|bf16]   (defaults: cuda 32 fp16)
  */
@@ -28,11 +31,13 @@ typedef struct {
     float *bias, *gamma, *beta, *dgamma, *dbeta, *dbias; /* (HIDDEN) each */
     float *mean, *rstd;                      /* (n) */
     float *scores, *att, *datt, *datt0;      /* (batch, HEADS, SEQ, SEQ) each; datt0: datt's first values */
-    void *att16, *din16;                     /* (batch, HEADS, SEQ, SEQ) in t */
+    void *att16, *din16, *p16;               /* (batch, HEADS, SEQ, SEQ) in t; p16: scores, then probabilities */
     float *qkv, *qkv_b;                      /* (n, 3 HIDDEN), (3 HIDDEN) */
     void *heads16;                           /* 3 x (batch, HEADS, SEQ, 64) in t: Q, K, V head-major */
     float *pre, *dout, *dpre, *fbias;        /* (n, FFN) x 3, (FFN) */
     void *dpre16;                            /* (n, FFN) in t */
+    void *x16, *w1_16, *wqkv16;              /* (n, HIDDEN), (FFN, HIDDEN), (3 HIDDEN, HIDDEN) in t: GEMM operands */
+    void *u16, *g16, *qkv16;                 /* (n, FFN), (n, FFN), (n, 3 HIDDEN) in t: GEMM results, GELU output */
 } bf;
 
 typedef tfb_status (*bf_fn)(bf *b);
@@ -99,6 +104,20 @@ static tfb_status attn_bwd_fused(bf *b) {
     tfb_attn_softmax_desc d = attn_desc(b);
     return b->be->attn_softmax_bwd(b->be->ctx, &d, b->din16, b->t, b->datt);
 }
+/* the BERT layer's 16-bit form: scores and probabilities in t, in place */
+static tfb_attn_softmax_desc attn_desc16(const bf *b) {
+    tfb_attn_softmax_desc d = attn_desc(b);
+    d.att = b->p16, d.in = b->p16, d.prob_type = b->t;
+    return d;
+}
+static tfb_status attn16_fwd(bf *b) {
+    tfb_attn_softmax_desc d = attn_desc16(b);
+    return b->be->attn_softmax_fwd(b->be->ctx, &d);
+}
+static tfb_status attn16_bwd(bf *b) {
+    tfb_attn_softmax_desc d = attn_desc16(b);
+    return b->be->attn_softmax_bwd(b->be->ctx, &d, b->din16, b->t, b->datt);
+}
 static tfb_status attn_bwd_separate(bf *b) {
     TFB_CHECK(b->be->dropout_bwd(b->be->ctx, b->datt, b->datt, b->na, P, KEY));
     return b->be->softmax_bwd(b->be->ctx, b->din16, b->t, b->datt, b->att, b->batch * HEADS * SEQ, SEQ, 0.125f);
@@ -109,8 +128,8 @@ static tfb_status qkv_heads(bf *b, const float *bias) {
     size_t es = tfb_dtype_size(b->t), d = HIDDEN / HEADS;
     for (int i = 0; i < 3; i++)
         TFB_CHECK(b->be->permute_0213(b->be->ctx, (char *)b->heads16 + i * b->nh * es, b->t, SEQ * d,
-                                      b->qkv + i * HIDDEN, 3 * HIDDEN, bias ? bias + i * HIDDEN : NULL, b->batch,
-                                      SEQ, HEADS, (int)d));
+                                      b->qkv + i * HIDDEN, TFB_F32, 3 * HIDDEN, bias ? bias + i * HIDDEN : NULL,
+                                      b->batch, SEQ, HEADS, (int)d));
     return TFB_OK;
 }
 static tfb_status heads_fused(bf *b) { return qkv_heads(b, b->qkv_b); }
@@ -120,7 +139,8 @@ static tfb_status heads_separate(bf *b) {
 }
 
 static tfb_status cast_bias_fused(bf *b) {
-    return b->be->act_bias_bwd(b->be->ctx, TFB_ACT_GELU, b->dy16, b->t, b->dbias, b->dy, NULL, b->n, HIDDEN);
+    return b->be->act_bias_bwd(b->be->ctx, TFB_ACT_GELU, b->dy16, b->t, b->dbias, b->dy, NULL, TFB_F32, NULL, b->n,
+                               HIDDEN);
 }
 static tfb_status cast_bias_separate(bf *b) {
     TFB_CHECK(b->be->bias_grad(b->be->ctx, b->dbias, b->dy, b->n, HIDDEN));
@@ -128,12 +148,41 @@ static tfb_status cast_bias_separate(bf *b) {
 }
 
 static tfb_status gelu_bwd_fused(bf *b) {
-    return b->be->act_bias_bwd(b->be->ctx, TFB_ACT_GELU, b->dpre16, b->t, b->fbias, b->dout, b->pre, b->n, FFN);
+    return b->be->act_bias_bwd(b->be->ctx, TFB_ACT_GELU, b->dpre16, b->t, b->fbias, b->dout, b->pre, TFB_F32, b->fbias,
+                               b->n, FFN);
 }
 static tfb_status gelu_bwd_separate(bf *b) {
-    TFB_CHECK(b->be->act_bias_bwd(b->be->ctx, TFB_ACT_GELU, b->dpre, TFB_F32, b->fbias, b->dout, b->pre, b->n, FFN));
+    TFB_CHECK(b->be->act_bias_bwd(b->be->ctx, TFB_ACT_GELU, b->dpre, TFB_F32, b->fbias, b->dout, b->pre, TFB_F32,
+                                  b->fbias, b->n, FFN));
     return b->be->cast(b->be->ctx, b->dpre16, b->t, b->dpre, TFB_F32, b->nf);
 }
+
+/* out (n, rows of w) = x16 w^T, in ct */
+static tfb_status gemm_xwt(bf *b, const void *w, int out_f, void *out, tfb_dtype ct) {
+    tfb_gemm_desc d = {.trans_b = 1, .m = b->n, .n = out_f, .k = HIDDEN, .alpha = 1.0f, .a = b->x16, .lda = HIDDEN,
+                       .b = w, .ldb = HIDDEN, .c = out, .ldc = out_f, .batch = 1, .in_type = b->t, .c_type = ct};
+    return b->be->gemm(b->be->ctx, &d);
+}
+static tfb_status ff1_c16(bf *b) {
+    TFB_CHECK(gemm_xwt(b, b->w1_16, FFN, b->u16, b->t));
+    return b->be->bias_act_fwd(b->be->ctx, TFB_ACT_GELU, b->g16, b->t, b->u16, b->t, b->fbias, b->n, FFN);
+}
+static tfb_status ff1_c32(bf *b) {
+    TFB_CHECK(gemm_xwt(b, b->w1_16, FFN, b->pre, TFB_F32));
+    return b->be->bias_act_fwd(b->be->ctx, TFB_ACT_GELU, b->g16, b->t, b->pre, TFB_F32, b->fbias, b->n, FFN);
+}
+/* the QKV projection and its three permutes to heads, from its result in type ct (at out) */
+static tfb_status qkv_from(bf *b, void *out, tfb_dtype ct) {
+    size_t es = tfb_dtype_size(b->t), cs = tfb_dtype_size(ct), d = HIDDEN / HEADS;
+    TFB_CHECK(gemm_xwt(b, b->wqkv16, 3 * HIDDEN, out, ct));
+    for (int i = 0; i < 3; i++)
+        TFB_CHECK(b->be->permute_0213(b->be->ctx, (char *)b->heads16 + i * b->nh * es, b->t, SEQ * d,
+                                      (char *)out + (size_t)i * HIDDEN * cs, ct, 3 * HIDDEN, b->qkv_b + i * HIDDEN,
+                                      b->batch, SEQ, HEADS, (int)d));
+    return TFB_OK;
+}
+static tfb_status qkv_c16(bf *b) { return qkv_from(b, b->qkv16, b->t); }
+static tfb_status qkv_c32(bf *b) { return qkv_from(b, b->qkv, TFB_F32); }
 
 /* ---- buffers and timing ---- */
 
@@ -166,6 +215,14 @@ static void bf_alloc(bf *b) {
     b->fbias = bf_normal(b, FFN, id++);
     b->y16 = bf_lp(b, b->nh), b->dy16 = bf_lp(b, b->nh), b->att16 = bf_lp(b, b->na), b->din16 = bf_lp(b, b->na);
     b->heads16 = bf_lp(b, 3 * b->nh), b->dpre16 = bf_lp(b, b->nf);
+    b->x16 = bf_lp(b, b->nh), b->w1_16 = bf_lp(b, (size_t)FFN * HIDDEN), b->wqkv16 = bf_lp(b, 3 * HIDDEN * HIDDEN);
+    b->u16 = bf_lp(b, b->nf), b->g16 = bf_lp(b, b->nf), b->qkv16 = bf_lp(b, 3 * b->nh), b->p16 = bf_lp(b, b->na);
+    BF_CHECK(b->be->cast(b->be->ctx, b->p16, b->t, b->scores, TFB_F32, b->na));
+    float *w = bf_normal(b, (size_t)FFN * HIDDEN, id++); /* GEMM operands of normal values, not zeros */
+    BF_CHECK(b->be->cast(b->be->ctx, b->x16, b->t, b->x, TFB_F32, b->nh));
+    BF_CHECK(b->be->cast(b->be->ctx, b->w1_16, b->t, w, TFB_F32, (size_t)FFN * HIDDEN));
+    BF_CHECK(b->be->cast(b->be->ctx, b->wqkv16, b->t, w, TFB_F32, (size_t)3 * HIDDEN * HIDDEN));
+    b->be->free(b->be->ctx, w);
 }
 
 /* Seconds per call of fn: the median of SAMPLES samples of CALLS calls, after one warm-up sample; restore (or
@@ -186,7 +243,7 @@ static double bf_time(bf *b, bf_fn fn, bf_fn restore) {
 typedef struct {
     const char *name, *separate;
     bf_fn fused, apart, restore;
-    double bytes_per_elem; /* least traffic per element of `elems` (FP32 4, 16-bit 2) */
+    double bytes_per_elem; /* least traffic per element of `elems` (FP32 4, 16-bit 2); 0: a GEMM's row, none */
     int elems;             /* 0: (n, HIDDEN), 1: (n, FFN), 2: attention (batch, HEADS, SEQ, SEQ), 3: (n, 3 HIDDEN) */
 } bf_pair;
 
@@ -198,13 +255,20 @@ static const bf_pair PAIRS[] = {
     {"permute_0213 + bias (QKV)", "bias_add permute_0213", heads_fused, heads_separate, NULL, 6, 3},
     {"act_bias_bwd cast + bias grad", "bias_grad cast", cast_bias_fused, cast_bias_separate, NULL, 6, 0},
     {"act_bias_bwd gelu out16", "act_bias_bwd (FP32) cast", gelu_bwd_fused, gelu_bwd_separate, NULL, 10, 1},
+    {"attn_softmax_fwd p16", "attn_softmax_fwd (FP32 scores, probabilities)", attn16_fwd, attn_fwd_fused, NULL, 6,
+     2},
+    {"attn_softmax_bwd p16", "attn_softmax_bwd (FP32 probabilities)", attn16_bwd, attn_bwd_fused, restore_datt, 8, 2},
+    {"FF1 gemm c16 + gelu in16", "FF1 gemm (FP32 C) + gelu in FP32", ff1_c16, ff1_c32, NULL, 0, 1},
+    {"QKV gemm c16 + 3 permutes in16", "QKV gemm (FP32 C) + 3 permutes in FP32", qkv_c16, qkv_c32, NULL, 0, 3},
 };
 
 static void bf_row(bf *b, const bf_pair *p) {
     size_t e = p->elems == 0 ? b->nh : p->elems == 1 ? b->nf : p->elems == 2 ? b->na : 3 * b->nh;
     double tf = bf_time(b, p->fused, p->restore), ts = bf_time(b, p->apart, p->restore);
-    printf("| %-29s | %-45s | %9.1f | %9.1f | %6.2fx | %8.1f |\n", p->name, p->separate, tf * 1e6, ts * 1e6,
-           ts / tf, p->bytes_per_elem * (double)e / tf / 1e9);
+    char gbs[16] = "-";
+    if (p->bytes_per_elem > 0) snprintf(gbs, sizeof gbs, "%.1f", p->bytes_per_elem * (double)e / tf / 1e9);
+    printf("| %-30s | %-45s | %9.1f | %9.1f | %6.2fx | %8s |\n", p->name, p->separate, tf * 1e6, ts * 1e6, ts / tf,
+           gbs);
 }
 
 static void usage_exit(void) {
@@ -229,9 +293,9 @@ int main(int argc, char **argv) {
     printf("bench_fused: %s%s%s, bert-large layer shapes at batch %d, sequence %d, %s outputs; us per call (median "
            "of %d x %d calls)\n", b.be->name, b.be->device_name ? " on " : "", b.be->device_name ? b.be->device_name : "",
            b.batch, SEQ, b.t == TFB_F16 ? "fp16" : "bf16", SAMPLES, CALLS);
-    printf("| %-29s | %-45s | %9s | %9s | %7s | %8s |\n", "fused op", "separate ops", "fused us", "separate",
+    printf("| %-30s | %-45s | %9s | %9s | %7s | %8s |\n", "fused op", "separate ops", "fused us", "separate",
            "speedup", "GB/s");
-    printf("|-------------------------------|-----------------------------------------------|-----------|-----------|"
+    printf("|--------------------------------|-----------------------------------------------|-----------|-----------|"
            "---------|----------|\n");
     for (size_t i = 0; i < sizeof PAIRS / sizeof PAIRS[0]; i++) bf_row(&b, &PAIRS[i]);
     b.be->destroy(b.be);

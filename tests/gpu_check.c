@@ -158,10 +158,28 @@ static void check_gemm(int ta, int tb, int batch, tfb_dtype t, int tf32) {
     pair a = rand_typed((size_t)sa * batch, t), bb = rand_typed((size_t)sb * batch, t), c = rand_f32((size_t)sc * batch, -1, 1);
     char name[40];
     BOTH(be->gemm(be->ctx, &(tfb_gemm_desc){ta, tb, m, n, k, 0.5f, 0.25f, V(a), lda, sa, V(bb), ldb, sb, F(c), n, sc,
-                                            batch, t, tf32}));
+                                            batch, t, tf32, TFB_F32}));
     snprintf(name, sizeof name, "gemm %s%s x%d", ta ? "T" : "N", tb ? "T" : "N", batch);
     verdict(name, prec_name(t, tf32), prec_tol(t, tf32), &c, 1);
     release(&a); release(&bb); release(&c);
+}
+
+/* A GEMM writing its 16-bit C in the input type t, rows wider apart than n (the gaps keep their values), beta
+ * reading the old C: compared as FP32 widenings. */
+static void check_gemm_c16(int ta, int tb, int batch, tfb_dtype t) {
+    int m = 67, n = 45, k = 131, ldc = n + 3;
+    int lda = ta ? m : k, ldb = tb ? k : n;
+    long long sa = (long long)m * k, sb = (long long)k * n, sc = (long long)m * ldc;
+    size_t nc = (size_t)sc * batch;
+    pair a = rand_typed((size_t)sa * batch, t), bb = rand_typed((size_t)sb * batch, t), c = rand_typed(nc, t);
+    pair cw = poisoned(nc);
+    char name[40];
+    BOTH(be->gemm(be->ctx, &(tfb_gemm_desc){ta, tb, m, n, k, 0.5f, 0.25f, V(a), lda, sa, V(bb), ldb, sb, V(c), ldc,
+                                            sc, batch, t, 0, t}));
+    BOTH(be->cast(be->ctx, F(cw), TFB_F32, V(c), t, nc));
+    snprintf(name, sizeof name, "gemm %s%s x%d c16", ta ? "T" : "N", tb ? "T" : "N", batch);
+    verdict(name, prec_name(t, 0), TOL_16, &cw, 1);
+    release(&a); release(&bb); release(&c); release(&cw);
 }
 
 static void check_conv(int r, int stride, int pad, tfb_dtype t, int tf32, tfb_layout layout) {
@@ -363,6 +381,33 @@ static void check_attn_softmax(tfb_dtype t, float p, int cols, uint64_t off) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
 }
 
+/* The BERT layer's form in 16 bits (t): scores and probabilities in t, in place in one buffer, att_d and din in t;
+ * rows of `cols` columns (the warp kernel, or past 1024 the block-per-row fallback). */
+static void check_attn_softmax_p16(tfb_dtype t, int cols) {
+    asm_bufs a = {.rows = 48, .cols = cols, .t = t, .p = 0.1f, .off = 3};
+    size_t n = (size_t)a.rows * cols;
+    pair x = rand_f32(n, -8, 8), sc = poisoned16(n), scw = poisoned(n), w = poisoned(n);
+    a.klen = rand_int(4, 1, cols + 1), a.att_d = poisoned16(n), a.din = poisoned16(n), a.datt = rand_f32(n, -1, 1);
+    char name[64];
+    BOTH(be->cast(be->ctx, V(sc), t, F(x), TFB_F32, n));
+    tfb_attn_softmax_desc d[2];
+    for (int b = 0; b < 2; b++) {
+        d[b] = asm_desc(&a, b, NULL, NULL);
+        d[b].att = V(sc), d[b].in = V(sc), d[b].prob_type = t;
+    }
+    BOTH(be->attn_softmax_fwd(be->ctx, &d[b]));
+    BOTH(be->cast(be->ctx, F(scw), TFB_F32, V(sc), t, n));
+    pair fwd[2] = {scw, f32_view(a.att_d, t, &w)};
+    snprintf(name, sizeof name, "attn_softmax_fwd p16 in place %dc", cols);
+    verdict(name, prec_name(t, 0), TOL_16, fwd, 2);
+    BOTH(be->attn_softmax_bwd(be->ctx, &d[b], V(a.din), t, F(a.datt)));
+    pair din = f32_view(a.din, t, &w);
+    snprintf(name, sizeof name, "attn_softmax_bwd p16 %dc", cols);
+    verdict(name, prec_name(t, 0), TOL_16, &din, 1);
+    pair all[] = {x, sc, scw, w, a.klen, a.att_d, a.din, a.datt};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
+}
+
 static void check_elementwise(void) {
     size_t n = 100003;
     static const char *const act_names[3] = {"gelu", "tanh", "relu"};
@@ -416,10 +461,10 @@ static void check_bias(void) {
     BOTH(be->bias_grad(be->ctx, F(db), F(x), n, h));
     verdict("bias_grad", "fp32", TOL_FP32, &db, 1);
     pair pre = rand_f32((size_t)n * h, -3, 3), y = poisoned((size_t)n * h), dy = rand_f32((size_t)n * h, -1, 1);
-    BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, F(y), TFB_F32, F(pre), F(bias), n, h));
+    BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, F(y), TFB_F32, F(pre), TFB_F32, F(bias), n, h));
     pair fwd[2] = {y, pre};
     verdict("bias_act_fwd gelu", "fp32", TOL_FP32, fwd, 2);
-    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, F(dy), TFB_F32, F(db), F(dy), F(pre), n, h));
+    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, F(dy), TFB_F32, F(db), F(dy), F(pre), TFB_F32, F(bias), n, h));
     pair bwd[2] = {dy, db};
     verdict("act_bias_bwd gelu", "fp32", TOL_FP32, bwd, 2);
     release(&x); release(&bias); release(&db); release(&pre); release(&y); release(&dy);
@@ -479,11 +524,11 @@ static void check_permute(void) {
     enum { D = 100, ROW = 9 * D };
     pair in = rand_f32(2 * 5 * ROW, -1, 1), hm = poisoned(2 * 3 * 5 * D), back = rand_f32(2 * 5 * ROW, -1, 1);
     pair bias = rand_f32(3 * D, -1, 1), hmb = poisoned(2 * 3 * 5 * D);
-    BOTH(be->permute_0213(be->ctx, F(hm), TFB_F32, 5 * D, F(in) + 3 * D, ROW, NULL, 2, 5, 3, D));
+    BOTH(be->permute_0213(be->ctx, F(hm), TFB_F32, 5 * D, F(in) + 3 * D, TFB_F32, ROW, NULL, 2, 5, 3, D));
     verdict("permute_0213 (tokens->heads)", "fp32", TOL_FP32, &hm, 1);
-    BOTH(be->permute_0213(be->ctx, F(hmb), TFB_F32, 5 * D, F(in) + 3 * D, ROW, F(bias), 2, 5, 3, D));
+    BOTH(be->permute_0213(be->ctx, F(hmb), TFB_F32, 5 * D, F(in) + 3 * D, TFB_F32, ROW, F(bias), 2, 5, 3, D));
     verdict("permute_0213 + bias (tokens->heads)", "fp32", TOL_FP32, &hmb, 1);
-    BOTH(be->permute_0213(be->ctx, F(back) + 3 * D, TFB_F32, ROW, F(hm), 5 * D, NULL, 2, 3, 5, D));
+    BOTH(be->permute_0213(be->ctx, F(back) + 3 * D, TFB_F32, ROW, F(hm), TFB_F32, 5 * D, NULL, 2, 3, 5, D));
     verdict("permute_0213 (heads->tokens)", "fp32", TOL_FP32, &back, 1);
     release(&in); release(&hm); release(&back); release(&bias); release(&hmb);
 }
@@ -507,25 +552,51 @@ static void check_typed_outputs(tfb_dtype t) {
     BOTH(be->dropout_fwd(be->ctx, V(o16), t, F(x), e, 0.1f, key));
     BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, e));
     verdict(TYPED_ROW("dropout_fwd"), p, TOL_16, &ow_e, 1);
-    BOTH(be->permute_0213(be->ctx, V(o16), t, 4 * 32, F(x), 128, F(bias), 24, 4, 4, 32));
+    BOTH(be->permute_0213(be->ctx, V(o16), t, 4 * 32, F(x), TFB_F32, 128, F(bias), 24, 4, 4, 32));
     BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, e));
     verdict(TYPED_ROW("permute_0213 + bias"), p, TOL_16, &ow_e, 1);
-    BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, V(o16), t, F(pre), F(bias), n, h));
+    BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, V(o16), t, F(pre), TFB_F32, F(bias), n, h));
     BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, nh));
     pair fwd[2] = {ow, pre};
     verdict(TYPED_ROW("bias_act_fwd gelu"), p, TOL_16, fwd, 2);
     pair dyh = rand_f32(nh, -1, 1), db = rand_f32((size_t)h, -1, 1), d16 = poisoned16(nh);
     pair dy16 = poisoned16(nh);
-    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, V(d16), t, F(db), F(dyh), F(pre), n, h));
+    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, V(d16), t, F(db), F(dyh), F(pre), TFB_F32, F(bias), n, h));
     BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(d16), t, nh));
     pair bwd[2] = {ow, db};
     verdict(TYPED_ROW("act_bias_bwd gelu"), p, TOL_16, bwd, 2);
-    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, V(dy16), t, F(db), F(dyh), NULL, n, h));
+    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, V(dy16), t, F(db), F(dyh), NULL, TFB_F32, NULL, n, h));
     BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(dy16), t, nh));
     verdict(TYPED_ROW("act_bias_bwd no pre (cast)"), p, TOL_16, bwd, 2);
 #undef TYPED_ROW
     release(&x); release(&y); release(&dy); release(&o16); release(&ow); release(&pre); release(&bias);
     release(&dyh); release(&db); release(&d16); release(&dy16);
+}
+
+/* Ops that read a GEMM result kept in 16 bits (type t): the head permutes, GELU forward and backward with their
+ * bias added in FP32. Outputs FP32, against the CPU's. */
+static void check_typed_inputs(tfb_dtype t) {
+    int n = 517, h = 600;
+    size_t nh = (size_t)n * h;
+    char name[48];
+    const char *p = prec_name(t, 0);
+#define TYPED_ROW(op) (snprintf(name, sizeof name, "%s in16", op), name)
+    pair x16 = rand_typed(nh, t), bias = rand_f32((size_t)h, -1, 1), y = poisoned(nh), o16 = poisoned16(nh);
+    pair ow = poisoned(nh), dy = rand_f32(nh, -1, 1), db = rand_f32((size_t)h, -1, 1);
+    BOTH(be->permute_0213(be->ctx, F(y), TFB_F32, 11 * 100, V(x16), t, h, F(bias), 47, 11, 6, 100));
+    verdict(TYPED_ROW("permute_0213 + bias"), p, TOL_16, &y, 1);
+    BOTH(be->permute_0213(be->ctx, V(o16), t, 11 * 100, V(x16), t, h, NULL, 47, 11, 6, 100));
+    BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, nh));
+    verdict(TYPED_ROW("permute_0213 16-bit to 16-bit"), p, TOL_16, &ow, 1);
+    BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, V(o16), t, V(x16), t, F(bias), n, h));
+    BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, nh));
+    verdict(TYPED_ROW("bias_act_fwd gelu"), p, TOL_16, &ow, 1);
+    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, V(o16), t, F(db), F(dy), V(x16), t, F(bias), n, h));
+    BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, nh));
+    pair bwd[2] = {ow, db};
+    verdict(TYPED_ROW("act_bias_bwd gelu"), p, TOL_16, bwd, 2);
+#undef TYPED_ROW
+    release(&x16); release(&bias); release(&y); release(&o16); release(&ow); release(&dy); release(&db);
 }
 
 static void check_copy_2d(void) {
@@ -787,6 +858,7 @@ static void gc_run_all(void) {
         check_gemm(1, 0, 1, types[i], tf32);
         check_gemm(0, 1, 3, types[i], tf32);
         check_gemm(1, 1, 2, types[i], tf32);
+        if (types[i] != TFB_F32) check_gemm_c16(0, 1, 1, types[i]), check_gemm_c16(1, 0, 3, types[i]);
         for (int l = 0; l < 2; l++) {
             tfb_layout layout = l ? TFB_NHWC : TFB_NCHW;
             check_conv(3, 1, 1, types[i], tf32, layout);
@@ -808,6 +880,9 @@ static void gc_run_all(void) {
     check_attn_softmax(TFB_F32, 0.1f, 1100, 1);
     check_attn_softmax(TFB_F16, 0.1f, 128, 0);
     check_attn_softmax(TFB_BF16, 0.1f, 384, 5);
+    check_attn_softmax_p16(TFB_F16, 128);
+    check_attn_softmax_p16(TFB_BF16, 77);
+    check_attn_softmax_p16(TFB_F16, 1100);
     check_elementwise();
     check_add_relu(TFB_F32, TFB_F32);
     check_add_relu(TFB_F16, TFB_F32);
@@ -821,6 +896,8 @@ static void gc_run_all(void) {
     check_permute();
     check_typed_outputs(TFB_F16);
     check_typed_outputs(TFB_BF16);
+    check_typed_inputs(TFB_F16);
+    check_typed_inputs(TFB_BF16);
     check_normal_fill();
     check_optimizers();
     check_cast(TFB_F16);

@@ -54,10 +54,10 @@ static tfb_status count_attn_bwd(void *ctx, const tfb_attn_softmax_desc *d, void
     calls++;
     return inner->attn_softmax_bwd(ctx, d, din, t, datt);
 }
-static tfb_status count_permute(void *ctx, void *o, tfb_dtype t, size_t ol, const float *i, size_t il,
+static tfb_status count_permute(void *ctx, void *o, tfb_dtype t, size_t ol, const void *i, tfb_dtype it, size_t il,
                                 const float *bias, int a, int b, int c, int d) {
     calls++;
-    return inner->permute_0213(ctx, o, t, ol, i, il, bias, a, b, c, d);
+    return inner->permute_0213(ctx, o, t, ol, i, it, il, bias, a, b, c, d);
 }
 
 /* GEMM, dropout, attention softmax and permutation calls of one forward and backward at `batch` samples (c->be

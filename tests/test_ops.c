@@ -169,6 +169,35 @@ static void test_attn_softmax(void) {
     free(att), free(att_d), free(dx), free(datt), free(c.x), free(c.r);
 }
 
+/* 16-bit scores and probabilities (prob_type t), in place as the BERT layer runs it: att is the FP32 softmax of the
+ * widened scores rounded, att_d the dropout of att as stored, and the backward reads att widened. */
+static void attn_softmax_p16_test(tfb_dtype t, const char *name) {
+    enum { R = 6, C = 16, E = R * C };
+    int klen[3] = {16, 9, 1};
+    float *x = rand_vec(E), *g = rand_vec(E), *w = malloc(E * 4), *ra = malloc(E * 4), *rd = malloc(E * 4);
+    float *att_d = malloc(E * 4), *dx = malloc(E * 4), *rdx = malloc(E * 4), *datt = malloc(E * 4);
+    uint16_t *p16 = malloc(E * 2), *r16 = malloc(E * 2);
+    tfb_dropout_key key = {.seed = 3, .site = 8, .step = 4, .offset = 5};
+    be->cast(be->ctx, p16, t, x, TFB_F32, E);
+    be->cast(be->ctx, w, TFB_F32, p16, t, E);
+    be->softmax_fwd(be->ctx, ra, w, R, C, 0.7f, klen, 2); /* the reference, op by op */
+    be->cast(be->ctx, r16, t, ra, TFB_F32, E);
+    be->cast(be->ctx, ra, TFB_F32, r16, t, E);
+    be->dropout_fwd(be->ctx, rd, TFB_F32, ra, E, 0.25f, key);
+    memcpy(rdx, g, E * 4);
+    be->dropout_bwd(be->ctx, rdx, rdx, E, 0.25f, key);
+    be->softmax_bwd(be->ctx, rdx, TFB_F32, rdx, ra, R, C, 0.7f);
+    tfb_attn_softmax_desc d = {.att = p16, .att_d = att_d, .att_type = TFB_F32, .in = p16, .prob_type = t,
+                               .key_len = klen, .rows = R, .cols = C, .rows_per_key = 2, .scale = 0.7f, .p = 0.25f,
+                               .key = key};
+    int ok = be->attn_softmax_fwd(be->ctx, &d) == TFB_OK;
+    ok &= memcmp(p16, r16, E * 2) == 0 && tfb_rel_error(rd, att_d, E) == 0;
+    memcpy(datt, g, E * 4);
+    ok &= be->attn_softmax_bwd(be->ctx, &d, dx, TFB_F32, datt) == TFB_OK && tfb_rel_error(rdx, dx, E) == 0;
+    EXPECT(name, ok, "%s", "differs from softmax, rounding, dropout and their backward op by op");
+    free(x); free(g); free(w); free(ra); free(rd); free(att_d); free(dx); free(rdx); free(datt); free(p16); free(r16);
+}
+
 /* ---- GELU, tanh ---- */
 typedef struct { tfb_act act; size_t n; float *x, *y, *r; } act_case;
 static double act_loss(void *p) {
@@ -282,17 +311,17 @@ static void test_fused_bias_act(void) {
         memcpy(pre1, x, nh * 4); memcpy(pre2, x, nh * 4); memcpy(db1, db0, h * 4); memcpy(db2, db0, h * 4);
         be->bias_add(be->ctx, pre1, bias, n, h);
         be->act_fwd(be->ctx, (tfb_act)a, y1, pre1, nh);
-        be->bias_act_fwd(be->ctx, (tfb_act)a, y2, TFB_F32, pre2, bias, n, h);
-        same_fwd &= memcmp(y1, y2, nh * 4) == 0 && memcmp(pre1, pre2, nh * 4) == 0;
+        be->bias_act_fwd(be->ctx, (tfb_act)a, y2, TFB_F32, pre2, TFB_F32, bias, n, h); /* pre2 is left as it is */
+        same_fwd &= tfb_rel_error(y1, y2, nh) == 0 && tfb_rel_error(pre2, x, nh) == 0;
         be->act_bwd(be->ctx, (tfb_act)a, d1, dout, pre1, nh);
         be->bias_grad(be->ctx, db1, d1, n, h);
         memcpy(d2, dout, nh * 4);
-        be->act_bias_bwd(be->ctx, (tfb_act)a, d2, TFB_F32, db2, d2, pre2, n, h); /* in place */
+        be->act_bias_bwd(be->ctx, (tfb_act)a, d2, TFB_F32, db2, d2, pre2, TFB_F32, bias, n, h); /* in place */
         same_bwd &= memcmp(d1, d2, nh * 4) == 0 && memcmp(db1, db2, h * 4) == 0;
     }
     memcpy(db1, db0, h * 4); memcpy(db2, db0, h * 4);
     be->bias_grad(be->ctx, db1, dout, n, h);
-    be->act_bias_bwd(be->ctx, TFB_ACT_GELU, d2, TFB_F32, db2, dout, NULL, n, h); /* no pre: the identity */
+    be->act_bias_bwd(be->ctx, TFB_ACT_GELU, d2, TFB_F32, db2, dout, NULL, TFB_F32, bias, n, h); /* the identity */
     int same_id = memcmp(d2, dout, nh * 4) == 0 && memcmp(db1, db2, h * 4) == 0;
     EXPECT("bias_act_fwd_equals_bias_add_then_act", same_fwd, "fused forward differs");
     EXPECT("act_bias_bwd_without_pre_is_a_copy_and_bias_grad", same_id, "differs from dout and bias_grad");
@@ -327,7 +356,7 @@ static double gemm_case_tf32(int ta, int tb, int batch, tfb_dtype t, int tf32, d
         be->cast(be->ctx, b, TFB_F32, b16, t, (size_t)sb * batch);
     }
     tfb_gemm_desc d = {ta, tb, m, n, k, 0.5f, 0.25f, t == TFB_F32 ? (void *)a : a16, lda, sa,
-                       t == TFB_F32 ? (void *)b : b16, ldb, sb, c, ldc, sc, batch, t, tf32};
+                       t == TFB_F32 ? (void *)b : b16, ldb, sb, c, ldc, sc, batch, t, tf32, TFB_F32};
     be->gemm(be->ctx, &d);
     double err = 0, err_raw = 0;
     for (int q = 0; q < batch; q++)
@@ -465,7 +494,7 @@ static void test_permute(void) {
     for (int i = 0; i < N0 * N1 * LD; i++) in[i] = (float)i + 0.5f, back[i] = -1.0f;
     for (int i = 0; i < N2 * N3; i++) bias[i] = 1000.0f * (float)(i + 1);
     const float *src = in + N2 * N3; /* the middle third of each row, as K inside a QKV row */
-    be->permute_0213(be->ctx, out, TFB_F32, N1 * N3, src, LD, NULL, N0, N1, N2, N3);
+    be->permute_0213(be->ctx, out, TFB_F32, N1 * N3, src, TFB_F32, LD, NULL, N0, N1, N2, N3);
     int bad = 0;
     for (int i0 = 0; i0 < N0; i0++)
         for (int i1 = 0; i1 < N1; i1++)
@@ -473,13 +502,13 @@ static void test_permute(void) {
                 for (int i3 = 0; i3 < N3; i3++)
                     bad += out[((i0 * N2 + i2) * N1 + i1) * N3 + i3] != src[(i0 * N1 + i1) * LD + i2 * N3 + i3];
     EXPECT("permute_0213_matches_loops", bad == 0, "%d wrong", bad);
-    be->permute_0213(be->ctx, back + N2 * N3, TFB_F32, LD, out, N1 * N3, NULL, N0, N2, N1, N3);
+    be->permute_0213(be->ctx, back + N2 * N3, TFB_F32, LD, out, TFB_F32, N1 * N3, NULL, N0, N2, N1, N3);
     for (int i = 0; i < N0 * N1 * LD; i++) {
         int inside = i % LD >= N2 * N3 && i % LD < 2 * N2 * N3;
         bad += inside ? back[i] != in[i] : back[i] != -1.0f;
     }
     EXPECT("permute_0213_inverse_restores_only_its_columns", bad == 0, "%d wrong", bad);
-    be->permute_0213(be->ctx, out, TFB_F32, N1 * N3, src, LD, bias, N0, N1, N2, N3);
+    be->permute_0213(be->ctx, out, TFB_F32, N1 * N3, src, TFB_F32, LD, bias, N0, N1, N2, N3);
     for (int i0 = 0; i0 < N0; i0++)
         for (int i1 = 0; i1 < N1; i1++)
             for (int i2 = 0; i2 < N2; i2++)
@@ -507,13 +536,13 @@ static void typed_out_test(tfb_dtype t, const char *name) {
             void *out = i ? (void *)h : (void *)y;
             memcpy(pre2, pre, E * 4);
             if (op == 0) be->softmax_bwd(be->ctx, out, ts[i], dy, att, R, C, 0.5f);
-            if (op == 1) be->bias_act_fwd(be->ctx, TFB_ACT_GELU, out, ts[i], pre2, bias, R, C);
+            if (op == 1) be->bias_act_fwd(be->ctx, TFB_ACT_GELU, out, ts[i], pre2, TFB_F32, bias, R, C);
             if (op == 2) be->dropout_fwd(be->ctx, out, ts[i], x, E, 0.25f, k);
             if (op == 3) be->dropout_fwd(be->ctx, out, ts[i], x, E, 0.0f, k);
-            if (op == 4) be->permute_0213(be->ctx, out, ts[i], 2 * 5, x, C, NULL, R / 2, 2, 4, 5);
-            if (op == 5) be->permute_0213(be->ctx, out, ts[i], 2 * 5, x, C, bias, R / 2, 2, 4, 5);
-            if (op == 6) be->act_bias_bwd(be->ctx, TFB_ACT_GELU, out, ts[i], db[i], dy, pre, R, C);
-            if (op == 7) be->act_bias_bwd(be->ctx, TFB_ACT_GELU, out, ts[i], db[i], dy, NULL, R, C);
+            if (op == 4) be->permute_0213(be->ctx, out, ts[i], 2 * 5, x, TFB_F32, C, NULL, R / 2, 2, 4, 5);
+            if (op == 5) be->permute_0213(be->ctx, out, ts[i], 2 * 5, x, TFB_F32, C, bias, R / 2, 2, 4, 5);
+            if (op == 6) be->act_bias_bwd(be->ctx, TFB_ACT_GELU, out, ts[i], db[i], dy, pre, TFB_F32, bias, R, C);
+            if (op == 7) be->act_bias_bwd(be->ctx, TFB_ACT_GELU, out, ts[i], db[i], dy, NULL, TFB_F32, NULL, R, C);
         }
         be->cast(be->ctx, r, t, y, TFB_F32, E);
         same &= !memcmp(h, r, E * 2);
@@ -522,6 +551,58 @@ static void typed_out_test(tfb_dtype t, const char *name) {
     }
     EXPECT(name, same, "a 16-bit output is not the FP32 one rounded");
     free(x); free(dy); free(pre); free(pre2); free(bias); free(y); free(att); free(h); free(r);
+}
+
+/* ---- ops reading a 16-bit input (GEMM results): the same numbers as on its FP32 widening, bit for bit ---- */
+static void typed_in_test(tfb_dtype t, const char *name) {
+    enum { R = 6, C = 40, E = R * C };
+    float *x = rand_vec(E), *dy = rand_vec(E), *bias = rand_vec(C), *w = malloc(E * 4), *y = malloc(E * 4);
+    float *y2 = malloc(E * 4);
+    uint16_t *x16 = malloc(E * 2);
+    float db[2][C] = {{0}};
+    be->cast(be->ctx, x16, t, x, TFB_F32, E);
+    be->cast(be->ctx, w, TFB_F32, x16, t, E); /* w: x16 widened */
+    int same = 1;
+    for (int op = 0; op < 3; op++) {
+        for (int i = 0; i < 2; i++) {
+            const void *in = i ? (const void *)x16 : (const void *)w;
+            tfb_dtype it = i ? t : TFB_F32;
+            float *out = i ? y2 : y;
+            memset(out, 0, E * 4);
+            if (op == 0) be->bias_act_fwd(be->ctx, TFB_ACT_GELU, out, TFB_F32, in, it, bias, R, C);
+            if (op == 1) be->act_bias_bwd(be->ctx, TFB_ACT_GELU, out, TFB_F32, db[i], dy, in, it, bias, R, C);
+            if (op == 2) be->permute_0213(be->ctx, out, TFB_F32, 2 * 5, in, it, C, bias, R / 2, 2, 4, 5);
+        }
+        same &= tfb_rel_error(y, y2, E) == 0;
+        for (int j = 0; j < C; j++) same &= db[0][j] == db[1][j];
+        if (!same) { printf("  op %d differs\n", op); break; }
+    }
+    EXPECT(name, same, "a 16-bit input gives other numbers than its FP32 widening");
+    free(x); free(dy); free(bias); free(w); free(y); free(y2); free(x16);
+}
+
+/* A GEMM writing a 16-bit C (rows ldc apart, beta reading the old C) against the FP32 GEMM rounded; the gaps
+ * between rows are left alone, and a C type other than FP32 or the input type is refused. */
+static void gemm_c16_test(tfb_dtype t, const char *name) {
+    enum { M = 5, N = 7, K = 9, LDC = 10, B = 2, SC = M * LDC + 3 };
+    float *a = rand_vec(M * K * B), *b = rand_vec(K * N * B), *c = rand_vec(SC * B), *r = malloc(SC * B * 4);
+    uint16_t *a16 = malloc(M * K * B * 2), *b16 = malloc(K * N * B * 2), *c16 = malloc(SC * B * 2);
+    uint16_t *want = malloc(SC * B * 2);
+    be->cast(be->ctx, a16, t, a, TFB_F32, M * K * B);
+    be->cast(be->ctx, b16, t, b, TFB_F32, K * N * B);
+    be->cast(be->ctx, c16, t, c, TFB_F32, SC * B);
+    be->cast(be->ctx, r, TFB_F32, c16, t, SC * B); /* the reference starts from the same C */
+    tfb_gemm_desc d = {.m = M, .n = N, .k = K, .alpha = 0.5f, .beta = 0.75f, .a = a16, .lda = K, .stride_a = M * K,
+                       .b = b16, .ldb = N, .stride_b = K * N, .c = r, .ldc = LDC, .stride_c = SC, .batch = B,
+                       .in_type = t};
+    int ok = be->gemm(be->ctx, &d) == TFB_OK;
+    be->cast(be->ctx, want, t, r, TFB_F32, SC * B); /* the gaps: C's old values again */
+    d.c = c16, d.c_type = t;
+    ok &= be->gemm(be->ctx, &d) == TFB_OK && memcmp(c16, want, SC * B * 2) == 0;
+    d.c_type = t == TFB_F16 ? TFB_BF16 : TFB_F16;
+    ok &= be->gemm(be->ctx, &d) == TFB_ERR_ARG;
+    EXPECT(name, ok, "%s", "the 16-bit C is not the FP32 one rounded, or a mismatched C type was taken");
+    free(a); free(b); free(c); free(r); free(a16); free(b16); free(c16); free(want);
 }
 
 /* ---- timing marks: the CPU backend's are the host clock, in order, and an index past the reserve is an error ---- */
@@ -559,6 +640,8 @@ int main(void) {
     test_residual_ln();
     test_softmax();
     test_attn_softmax();
+    attn_softmax_p16_test(TFB_F16, "attn_softmax_fp16_scores_in_place_equal_the_ops_in_turn");
+    attn_softmax_p16_test(TFB_BF16, "attn_softmax_bf16_scores_in_place_equal_the_ops_in_turn");
     test_act(TFB_ACT_GELU, "gelu_bwd_vs_fd");
     test_act(TFB_ACT_TANH, "tanh_bwd_vs_fd");
     test_xent();
@@ -575,6 +658,10 @@ int main(void) {
     test_permute();
     typed_out_test(TFB_F16, "fp16_outputs_of_softmax_bwd_gelu_fwd_bwd_dropout_permute_are_fp32_rounded");
     typed_out_test(TFB_BF16, "bf16_outputs_of_softmax_bwd_gelu_fwd_bwd_dropout_permute_are_fp32_rounded");
+    typed_in_test(TFB_F16, "fp16_inputs_of_gelu_fwd_bwd_and_permute_read_as_their_fp32_widening");
+    typed_in_test(TFB_BF16, "bf16_inputs_of_gelu_fwd_bwd_and_permute_read_as_their_fp32_widening");
+    gemm_c16_test(TFB_F16, "gemm_fp16_c_is_the_fp32_c_rounded");
+    gemm_c16_test(TFB_BF16, "gemm_bf16_c_is_the_fp32_c_rounded");
     test_normal_fill();
     be->destroy(be);
     return test_failures ? 1 : 0;

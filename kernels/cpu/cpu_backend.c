@@ -157,6 +157,16 @@ static size_t gemm_span(int rows, int cols, int ld, long long stride, int batch)
     return (size_t)stride * (size_t)(batch - 1) + gemm_extent(rows, cols, ld);
 }
 
+/* Rounds only C's own elements (the rows and matrices the GEMM wrote) from the FP32 copy f into d->c. */
+static void gemm_narrow(const tfb_gemm_desc *d, const float *f) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int i = 0; i < d->batch; i++)
+        for (int r = 0; r < d->m; r++) {
+            size_t o = (size_t)i * d->stride_c + (size_t)r * d->ldc;
+            for (int j = 0; j < d->n; j++) tfb_cpu_store(d->c, d->c_type, o + j, f[o + j]);
+        }
+}
+
 static tfb_status cpu_gemm_widen(void *ctx, const tfb_gemm_desc *d, const float **a, const float **b) {
     int ar = d->trans_a ? d->k : d->m, ac = d->trans_a ? d->m : d->k;
     int br = d->trans_b ? d->n : d->k, bc = d->trans_b ? d->k : d->n;
@@ -167,15 +177,25 @@ static tfb_status cpu_gemm_widen(void *ctx, const tfb_gemm_desc *d, const float 
     return TFB_OK;
 }
 
+/* A 16-bit C is computed in an FP32 copy of its whole span (gaps included, so rows ldc apart keep their place),
+ * widened first when beta reads it, and rounded back once. */
 static tfb_status cpu_gemm(void *ctx, const tfb_gemm_desc *d) {
     const float *a = d->a, *b = d->b;
     if (d->batch < 1 || d->m < 1 || d->n < 1 || d->k < 1) return TFB_ERR_ARG;
+    if (d->c_type != TFB_F32 && d->c_type != d->in_type) return TFB_ERR_ARG;
     if (d->in_type != TFB_F32 || d->tf32) TFB_CHECK(cpu_gemm_widen(ctx, d, &a, &b));
+    size_t c_span = gemm_span(d->m, d->n, d->ldc, d->stride_c, d->batch);
+    float *c = d->c;
+    if (d->c_type != TFB_F32) {
+        TFB_CHECK_ALLOC(c = tfb_cpu_scratch(ctx, TFB_CPU_SLOT_GEMM_C, c_span));
+        if (d->beta != 0.0f) widen_16(c, d->c, c_span, d->c_type);
+    }
     for (int i = 0; i < d->batch; i++) {
         cblas_sgemm(CblasRowMajor, d->trans_a ? CblasTrans : CblasNoTrans, d->trans_b ? CblasTrans : CblasNoTrans,
                     d->m, d->n, d->k, d->alpha, a + i * d->stride_a, d->lda, b + i * d->stride_b, d->ldb, d->beta,
-                    d->c + i * d->stride_c, d->ldc);
+                    c + i * d->stride_c, d->ldc);
     }
+    if (d->c_type != TFB_F32) gemm_narrow(d, c);
     return TFB_OK;
 }
 

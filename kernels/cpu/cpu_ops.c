@@ -172,22 +172,22 @@ static tfb_status cpu_bias_grad(void *ctx, float *dbias, const float *dout, int 
     return TFB_OK;
 }
 
-static tfb_status cpu_bias_act_fwd(void *ctx, tfb_act act, void *out, tfb_dtype out_type, float *pre,
-                                   const float *bias, int n, int h) {
+static tfb_status cpu_bias_act_fwd(void *ctx, tfb_act act, void *out, tfb_dtype out_type, const void *pre,
+                                   tfb_dtype pre_type, const float *bias, int n, int h) {
     (void)ctx;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++)
         for (int j = 0; j < h; j++) {
             size_t e = (size_t)i * h + j;
-            pre[e] += bias[j];
-            tfb_cpu_store(out, out_type, e, tfb_act_value((int)act, pre[e]));
+            tfb_cpu_store(out, out_type, e, tfb_act_value((int)act, tfb_cpu_load(pre, pre_type, e) + bias[j]));
         }
     return TFB_OK;
 }
 
 /* Column blocks as in bias_grad: each thread writes its columns of din and sums them in row order. */
 static tfb_status cpu_act_bias_bwd(void *ctx, tfb_act act, void *din, tfb_dtype din_type, float *dbias,
-                                   const float *dout, const float *pre, int n, int h) {
+                                   const float *dout, const void *pre, tfb_dtype pre_type, const float *bias, int n,
+                                   int h) {
     (void)ctx;
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < h; c0 += COL_BLOCK) {
@@ -196,7 +196,8 @@ static tfb_status cpu_act_bias_bwd(void *ctx, tfb_act act, void *din, tfb_dtype 
         for (int i = 0; i < n; i++)
             for (int j = c0; j < c1; j++) {
                 size_t e = (size_t)i * h + j;
-                float d = pre ? dout[e] * tfb_act_slope((int)act, pre[e]) : dout[e];
+                float d = dout[e];
+                if (pre) d *= tfb_act_slope((int)act, tfb_cpu_load(pre, pre_type, e) + (bias ? bias[j] : 0.0f));
                 tfb_cpu_store(din, din_type, e, d);
                 acc[j - c0] += d;
             }
@@ -267,17 +268,31 @@ static tfb_status cpu_residual_ln_bwd(void *ctx, const tfb_residual_ln_desc *d, 
 }
 
 /* Attention's softmax and dropout: the reference is the two ops in turn. */
+/* 16-bit scores are widened into a scratch row block, whose softmax is rounded into att and widened back, so the
+ * dropout reads the probabilities as stored. */
 static tfb_status cpu_attn_softmax_fwd(void *ctx, const tfb_attn_softmax_desc *d) {
     if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
-    TFB_CHECK(cpu_softmax_fwd(ctx, d->att, d->in, d->rows, d->cols, d->scale, d->key_len, d->rows_per_key));
-    return cpu_dropout_fwd(ctx, d->att_d, d->att_type, d->att, (size_t)d->rows * d->cols, d->p, d->key);
+    size_t n = (size_t)d->rows * d->cols;
+    if (d->prob_type == TFB_F32) {
+        TFB_CHECK(cpu_softmax_fwd(ctx, d->att, d->in, d->rows, d->cols, d->scale, d->key_len, d->rows_per_key));
+        return cpu_dropout_fwd(ctx, d->att_d, d->att_type, d->att, n, d->p, d->key);
+    }
+    float *s;
+    TFB_CHECK_ALLOC(s = (float *)tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_ATTN, d->in, d->prob_type, 0, n));
+    TFB_CHECK(cpu_softmax_fwd(ctx, s, s, d->rows, d->cols, d->scale, d->key_len, d->rows_per_key));
+    tfb_cpu_narrow(d->att, d->prob_type, s, n);
+    TFB_CHECK_ALLOC(s = (float *)tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_ATTN, d->att, d->prob_type, 0, n));
+    return cpu_dropout_fwd(ctx, d->att_d, d->att_type, s, n, d->p, d->key);
 }
 
 static tfb_status cpu_attn_softmax_bwd(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype din_type,
                                        float *datt_d) {
     if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
-    TFB_CHECK(cpu_dropout_bwd(ctx, datt_d, datt_d, (size_t)d->rows * d->cols, d->p, d->key));
-    return cpu_softmax_bwd(ctx, din, din_type, datt_d, d->att, d->rows, d->cols, d->scale);
+    size_t n = (size_t)d->rows * d->cols;
+    const float *att;
+    TFB_CHECK_ALLOC(att = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_ATTN, d->att, d->prob_type, 0, n));
+    TFB_CHECK(cpu_dropout_bwd(ctx, datt_d, datt_d, n, d->p, d->key));
+    return cpu_softmax_bwd(ctx, din, din_type, datt_d, att, d->rows, d->cols, d->scale);
 }
 
 static tfb_status cpu_xent_fwd(void *ctx, float *loss_sum, const float *logits, const int *labels, int n, int v) {

@@ -95,20 +95,26 @@ static tfb_status cpu_copy_2d(void *ctx, float *dst, size_t dst_ld, const float 
     return TFB_OK;
 }
 
-/* Runs of n3 values are copied (FP32, no bias) or summed with the bias and rounded into out. */
-static tfb_status cpu_permute_0213(void *ctx, void *out, tfb_dtype out_type, size_t out_ld, const float *in,
-                                   size_t in_ld, const float *bias, int n0, int n1, int n2, int n3) {
+/* Runs of n3 values are copied (same type, no bias) or widened, summed with the bias and rounded into out. */
+static tfb_status cpu_permute_0213(void *ctx, void *out, tfb_dtype out_type, size_t out_ld, const void *in,
+                                   tfb_dtype in_type, size_t in_ld, const float *bias, int n0, int n1, int n2,
+                                   int n3) {
     (void)ctx;
+    size_t es = tfb_dtype_size(in_type);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i0 = 0; i0 < n0; i0++)
         for (int i1 = 0; i1 < n1; i1++) {
-            const float *src = in + ((size_t)i0 * n1 + i1) * in_ld;
+            size_t src = ((size_t)i0 * n1 + i1) * in_ld;
             for (int i2 = 0; i2 < n2; i2++) {
-                size_t o = ((size_t)i0 * n2 + i2) * out_ld + (size_t)i1 * n3;
-                const float *run = src + (size_t)i2 * n3, *b = bias ? bias + (size_t)i2 * n3 : NULL;
-                if (out_type == TFB_F32 && !b) memcpy((float *)out + o, run, (size_t)n3 * sizeof(float));
+                size_t o = ((size_t)i0 * n2 + i2) * out_ld + (size_t)i1 * n3, run = src + (size_t)i2 * n3;
+                const float *b = bias ? bias + (size_t)i2 * n3 : NULL;
+                if (out_type == in_type && !b)
+                    memcpy((char *)out + o * es, (const char *)in + run * es, (size_t)n3 * es);
                 else
-                    for (int i3 = 0; i3 < n3; i3++) tfb_cpu_store(out, out_type, o + i3, b ? run[i3] + b[i3] : run[i3]);
+                    for (int i3 = 0; i3 < n3; i3++) {
+                        float v = tfb_cpu_load(in, in_type, run + i3);
+                        tfb_cpu_store(out, out_type, o + i3, b ? v + b[i3] : v);
+                    }
             }
         }
     return TFB_OK;

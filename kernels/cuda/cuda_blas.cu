@@ -3,7 +3,8 @@
  * GEMM: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so A and B swap places in the cuBLAS call.
  * Compute modes are explicit: FP32 inputs run CUBLAS_COMPUTE_32F_PEDANTIC (no tensor cores, whatever
  * NVIDIA_TF32_OVERRIDE says) unless the descriptor asks for TF32 (CUBLAS_COMPUTE_32F_FAST_TF32); FP16/BF16 inputs
- * accumulate in FP32 into an FP32 C (CUBLAS_COMPUTE_32F).
+ * accumulate in FP32 (CUBLAS_COMPUTE_32F) into an FP32 C, or into a C of their own type when the descriptor's
+ * c_type asks (cuBLAS rounds it as it writes).
  * Convolution: NCHW or NHWC tensors (NHWC filters (k, r, s, c)) in the input type with FP32 compute. cuDNN's
  * search (cudnnFind*) picks the algorithm once per shape, the first time the shape is seen (a warm-up step), and
  * the plan is cached. A 16-bit output asked for in 16 bits (y_type, dx_type) is written by cuDNN directly; other
@@ -33,10 +34,11 @@ static cublasComputeType_t blas_compute(const tfb_gemm_desc *d) {
 static tfb_status cuda_gemm(void *ctx, const tfb_gemm_desc *d) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     if (d->batch < 1 || d->m < 1 || d->n < 1 || d->k < 1) return TFB_ERR_ARG;
+    if (d->c_type != TFB_F32 && d->c_type != d->in_type) return TFB_ERR_ARG;
     cudaDataType_t t = blas_type(d->in_type);
     TFB_CHECK_CUBLAS(cublasGemmStridedBatchedEx(
         c->blas, d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, d->n, d->m, d->k,
-        &d->alpha, d->b, t, d->ldb, d->stride_b, d->a, t, d->lda, d->stride_a, &d->beta, d->c, CUDA_R_32F, d->ldc,
+        &d->alpha, d->b, t, d->ldb, d->stride_b, d->a, t, d->lda, d->stride_a, &d->beta, d->c, blas_type(d->c_type), d->ldc,
         d->stride_c, d->batch, blas_compute(d), CUBLAS_GEMM_DEFAULT));
     return TFB_OK;
 }

@@ -130,6 +130,12 @@ __device__ __forceinline__ void tfb_store_elem(void *p, int t, size_t i, float x
     else if (t == TFB_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
     else ((float *)p)[i] = x;
 }
+/* x as tfb_store_elem would store it in type t, read back */
+__device__ __forceinline__ float tfb_round_elem(int t, float x) {
+    if (t == TFB_F16) return __half2float(__float2half_rn(x));
+    if (t == TFB_BF16) return __bfloat162float(__float2bfloat16_rn(x));
+    return x;
+}
 
 /* Device memory of at least `bytes` in *buf (grown, never shrunk; counted in mem_stats). */
 tfb_status tfb_cuda_grow(cuda_ctx *c, void **buf, size_t *have, size_t bytes);

@@ -241,42 +241,59 @@ static tfb_status cuda_residual_ln_bwd(void *ctx, const tfb_residual_ln_desc *d,
 
 /* ---- softmax ---- */
 
-__global__ void k_softmax_fwd(float *out, const float *in, int cols, float scale, const int *key_len,
+/* in and out of type t (FP32, or 16-bit for attention's wide rows), arithmetic in FP32 */
+__global__ void k_softmax_fwd(void *out, const void *in, int t, int cols, float scale, const int *key_len,
                               int rows_per_key) {
-    const float *x = in + (size_t)blockIdx.x * cols;
-    float *y = out + (size_t)blockIdx.x * cols;
-    int valid = key_len ? key_len[blockIdx.x / rows_per_key] : cols;
+    size_t row = (size_t)blockIdx.x * cols;
+    int valid = key_len ? min(key_len[blockIdx.x / rows_per_key], cols) : cols;
     float mx = -INFINITY, sum = 0.0f;
-    for (int j = threadIdx.x; j < valid; j += blockDim.x) mx = fmaxf(mx, scale * x[j]);
+    for (int j = threadIdx.x; j < valid; j += blockDim.x) mx = fmaxf(mx, scale * tfb_load_elem(in, t, row + j));
     mx = tfb_block_max(mx);
-    for (int j = threadIdx.x; j < valid; j += blockDim.x) sum += expf(scale * x[j] - mx);
+    for (int j = threadIdx.x; j < valid; j += blockDim.x) sum += expf(scale * tfb_load_elem(in, t, row + j) - mx);
     float inv = 1.0f / tfb_block_sum(sum);
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) y[j] = j < valid ? expf(scale * x[j] - mx) * inv : 0.0f;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+        float y = j < valid ? expf(scale * tfb_load_elem(in, t, row + j) - mx) * inv : 0.0f;
+        tfb_store_elem(out, t, row + j, y);
+    }
+}
+
+static tfb_status softmax_fwd_typed(void *ctx, void *out, const void *in, tfb_dtype t, int rows, int cols,
+                                    float scale, const int *key_len, int rows_per_key) {
+    if (rows < 1) return TFB_OK;
+    k_softmax_fwd<<<rows, ROW_THREADS, 0, S(ctx)>>>(out, in, (int)t, cols, scale, key_len, rows_per_key);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
 }
 
 static tfb_status cuda_softmax_fwd(void *ctx, float *out, const float *in, int rows, int cols, float scale,
                                    const int *key_len, int rows_per_key) {
-    if (rows < 1) return TFB_OK;
-    k_softmax_fwd<<<rows, ROW_THREADS, 0, S(ctx)>>>(out, in, cols, scale, key_len, rows_per_key);
-    TFB_CHECK_LAUNCH();
-    return TFB_OK;
+    return softmax_fwd_typed(ctx, out, in, TFB_F32, rows, cols, scale, key_len, rows_per_key);
 }
 
-__global__ void k_softmax_bwd(void *din, int din_type, const float *dout, const float *out, int cols, float scale) {
+/* out of type out_type (FP32, or 16-bit for attention's wide rows) */
+__global__ void k_softmax_bwd(void *din, int din_type, const float *dout, const void *out, int out_type, int cols,
+                              float scale) {
     size_t row = (size_t)blockIdx.x * cols;
     float dot = 0.0f;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) dot += dout[row + j] * out[row + j];
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) dot += dout[row + j] * tfb_load_elem(out, out_type, row + j);
     dot = tfb_block_sum(dot);
-    for (int j = threadIdx.x; j < cols; j += blockDim.x)
-        tfb_store_elem(din, din_type, row + j, scale * out[row + j] * (dout[row + j] - dot));
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+        float y = tfb_load_elem(out, out_type, row + j);
+        tfb_store_elem(din, din_type, row + j, scale * y * (dout[row + j] - dot));
+    }
+}
+
+static tfb_status softmax_bwd_typed(void *ctx, void *din, tfb_dtype din_type, const float *dout, const void *out,
+                                    tfb_dtype out_type, int rows, int cols, float scale) {
+    if (rows < 1) return TFB_OK;
+    k_softmax_bwd<<<rows, ROW_THREADS, 0, S(ctx)>>>(din, (int)din_type, dout, out, (int)out_type, cols, scale);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
 }
 
 static tfb_status cuda_softmax_bwd(void *ctx, void *din, tfb_dtype din_type, const float *dout, const float *out,
                                    int rows, int cols, float scale) {
-    if (rows < 1) return TFB_OK;
-    k_softmax_bwd<<<rows, ROW_THREADS, 0, S(ctx)>>>(din, (int)din_type, dout, out, cols, scale);
-    TFB_CHECK_LAUNCH();
-    return TFB_OK;
+    return softmax_bwd_typed(ctx, din, din_type, dout, out, TFB_F32, rows, cols, scale);
 }
 
 /* ---- activations, bias, residual ---- */
@@ -334,33 +351,33 @@ static tfb_status cuda_bias_grad(void *ctx, float *dbias, const float *dout, int
     return TFB_OK;
 }
 
-__global__ void k_bias_act_fwd(int act, void *out, int out_type, float *pre, const float *bias, int h) {
+__global__ void k_bias_act_fwd(int act, void *out, int out_type, const void *pre, int pre_type, const float *bias,
+                               int h) {
     size_t r = (size_t)blockIdx.x * h;
     TFB_ROW_LOOP(j, h) {
-        float v = pre[r + j] + bias[j];
-        pre[r + j] = v;
+        float v = tfb_load_elem(pre, pre_type, r + j) + bias[j];
         tfb_store_elem(out, out_type, r + j, tfb_act_value(act, v));
     }
 }
 
-static tfb_status cuda_bias_act_fwd(void *ctx, tfb_act act, void *out, tfb_dtype out_type, float *pre,
-                                    const float *bias, int n, int h) {
+static tfb_status cuda_bias_act_fwd(void *ctx, tfb_act act, void *out, tfb_dtype out_type, const void *pre,
+                                    tfb_dtype pre_type, const float *bias, int n, int h) {
     if (n < 1) return TFB_OK;
-    k_bias_act_fwd<<<n, tfb_row_threads(h), 0, S(ctx)>>>((int)act, out, (int)out_type, pre, bias, h);
+    k_bias_act_fwd<<<n, tfb_row_threads(h), 0, S(ctx)>>>((int)act, out, (int)out_type, pre, (int)pre_type, bias, h);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
-/* din = dout * act'(pre) written (in din_type) while its FP32 column sums are reduced as in k_bias_grad */
-__global__ void k_act_bias_bwd(int act, void *din, int din_type, float *dbias, const float *dout, const float *pre,
-                               int n, int h) {
+/* din = dout * act'(pre + bias) written (in din_type) while its FP32 column sums are reduced as in k_bias_grad */
+__global__ void k_act_bias_bwd(int act, void *din, int din_type, float *dbias, const float *dout, const void *pre,
+                               int pre_type, const float *bias, int n, int h) {
     __shared__ float part[COL_TY][COL_TX + 1];
     int j = blockIdx.x * COL_TX + threadIdx.x;
-    float acc = 0.0f;
+    float acc = 0.0f, b = j < h && bias ? bias[j] : 0.0f;
     if (j < h)
         for (int i = blockIdx.y * COL_TY + threadIdx.y; i < n; i += gridDim.y * COL_TY) {
             size_t e = (size_t)i * h + j;
-            float d = pre ? dout[e] * tfb_act_slope(act, pre[e]) : dout[e];
+            float d = pre ? dout[e] * tfb_act_slope(act, tfb_load_elem(pre, pre_type, e) + b) : dout[e];
             tfb_store_elem(din, din_type, e, d);
             acc += d;
         }
@@ -372,10 +389,12 @@ __global__ void k_act_bias_bwd(int act, void *din, int din_type, float *dbias, c
 }
 
 static tfb_status cuda_act_bias_bwd(void *ctx, tfb_act act, void *din, tfb_dtype din_type, float *dbias,
-                                    const float *dout, const float *pre, int n, int h) {
+                                    const float *dout, const void *pre, tfb_dtype pre_type, const float *bias, int n,
+                                    int h) {
     if (n < 1) return TFB_OK;
     dim3 grid((h + COL_TX - 1) / COL_TX, col_row_blocks(n)), block(COL_TX, COL_TY);
-    k_act_bias_bwd<<<grid, block, 0, S(ctx)>>>((int)act, din, (int)din_type, dbias, dout, pre, n, h);
+    k_act_bias_bwd<<<grid, block, 0, S(ctx)>>>((int)act, din, (int)din_type, dbias, dout, pre, (int)pre_type, bias,
+                                               n, h);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -392,7 +411,9 @@ static tfb_status cuda_residual_add(void *ctx, float *out, const float *a, const
 
 /* ---- dropout: one Philox block per group of four global indices, as on the CPU ---- */
 
-__global__ void k_dropout(void *out, int out_type, const float *in, size_t n, float p, tfb_dropout_key key) {
+/* in of in_type: FP32, or attention's 16-bit probabilities on its wide-row path */
+__global__ void k_dropout(void *out, int out_type, const void *in, int in_type, size_t n, float p,
+                          tfb_dropout_key key) {
     uint64_t g0, g1;
     tfb_dropout_groups(key, n, &g0, &g1);
     TFB_GRID_LOOP(t, g1 - g0) {
@@ -400,23 +421,31 @@ __global__ void k_dropout(void *out, int out_type, const float *in, size_t n, fl
         tfb_dropout_factors(key, p, g0 + t, f);
         for (int q = 0; q < 4; q++) {
             long long e = tfb_dropout_elem(key, n, g0 + t, q);
-            if (e >= 0) tfb_store_elem(out, out_type, (size_t)e, f[q] > 0.0f ? in[e] * f[q] : 0.0f);
+            if (e >= 0)
+                tfb_store_elem(out, out_type, (size_t)e, f[q] > 0.0f ? tfb_load_elem(in, in_type, e) * f[q] : 0.0f);
         }
     }
 }
 
 static tfb_status cuda_cast(void *ctx, void *dst, tfb_dtype dst_type, const void *src, tfb_dtype src_type, size_t n);
 
-static tfb_status cuda_dropout_fwd(void *ctx, void *out, tfb_dtype out_type, const float *in, size_t n, float p,
-                                   tfb_dropout_key key) {
-    if (p <= 0.0f && out_type != TFB_F32) return cuda_cast(ctx, out, out_type, in, TFB_F32, n);
+static tfb_status dropout_fwd_typed(void *ctx, void *out, tfb_dtype out_type, const void *in, tfb_dtype in_type,
+                                    size_t n, float p, tfb_dropout_key key) {
+    if (p <= 0.0f && out_type != in_type) return cuda_cast(ctx, out, out_type, in, in_type, n);
     if (p <= 0.0f) {
-        if (out != in) TFB_CHECK_CUDA(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, S(ctx)));
+        size_t bytes = n * tfb_dtype_size(in_type);
+        if (out != in) TFB_CHECK_CUDA(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, S(ctx)));
         return TFB_OK;
     }
-    k_dropout<<<tfb_cuda_blocks(n / 4 + 2), TFB_CUDA_THREADS, 0, S(ctx)>>>(out, (int)out_type, in, n, p, key);
+    k_dropout<<<tfb_cuda_blocks(n / 4 + 2), TFB_CUDA_THREADS, 0, S(ctx)>>>(out, (int)out_type, in, (int)in_type, n, p,
+                                                                           key);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
+}
+
+static tfb_status cuda_dropout_fwd(void *ctx, void *out, tfb_dtype out_type, const float *in, size_t n, float p,
+                                   tfb_dropout_key key) {
+    return dropout_fwd_typed(ctx, out, out_type, in, TFB_F32, n, p, key);
 }
 
 static tfb_status cuda_dropout_bwd(void *ctx, float *din, const float *dout, size_t n, float p, tfb_dropout_key key) {
@@ -425,15 +454,23 @@ static tfb_status cuda_dropout_bwd(void *ctx, float *din, const float *dout, siz
 
 /* ---- attention's softmax with its dropout: one warp per row ---- */
 
+/* Element i (0..7) of a[0..3] then b[0..3], by selects on constant indices: an array indexed by a run-time value
+ * would live in local memory. */
+__device__ __forceinline__ float pick8(const float a[4], const float b[4], int i) {
+    float lo = i == 0 ? a[0] : i == 1 ? a[1] : i == 2 ? a[2] : a[3];
+    float hi = i == 4 ? b[0] : i == 5 ? b[1] : i == 6 ? b[2] : b[3];
+    return i < 4 ? lo : hi;
+}
+
 /* Dropout factors of the four elements at global counters i0 .. i0 + 3 (as tfb_dropout_factors gives them): one
  * Philox block when i0 starts a group, else the two blocks the run straddles. */
 __device__ __forceinline__ void attn_factors(tfb_dropout_key k, float p, uint64_t i0, float f[4]) {
-    float a[4], b[4];
+    float a[4], b[4] = {1.0f, 1.0f, 1.0f, 1.0f};
     int sh = (int)(i0 & 3);
     tfb_dropout_factors(k, p, i0 >> 2, a);
     if (sh) tfb_dropout_factors(k, p, (i0 >> 2) + 1, b);
 #pragma unroll
-    for (int q = 0; q < 4; q++) f[q] = q + sh < 4 ? a[q + sh] : b[q + sh - 4];
+    for (int q = 0; q < 4; q++) f[q] = pick8(a, b, q + sh);
 }
 
 /* A warp holds its row in registers: lane l takes the runs of four columns starting at 4 (l + 32 c), c < C, so one
@@ -450,7 +487,7 @@ __global__ void k_attn_softmax_fwd(tfb_attn_softmax_desc d) {
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             int j = 4 * (lane + 32 * c) + q;
-            v[c][q] = j < valid ? d.scale * d.in[row + j] : -INFINITY;
+            v[c][q] = j < valid ? d.scale * tfb_load_elem(d.in, (int)d.prob_type, row + j) : -INFINITY;
             mx = fmaxf(mx, v[c][q]);
         }
     mx = tfb_warp_max(mx);
@@ -471,8 +508,8 @@ __global__ void k_attn_softmax_fwd(tfb_attn_softmax_desc d) {
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             if (j0 + q >= d.cols) continue;
-            float a = j0 + q < valid ? v[c][q] * inv : 0.0f;
-            d.att[row + j0 + q] = a;
+            float a = tfb_round_elem((int)d.prob_type, j0 + q < valid ? v[c][q] * inv : 0.0f);
+            tfb_store_elem(d.att, (int)d.prob_type, row + j0 + q, a);
             tfb_store_elem(d.att_d, (int)d.att_type, row + j0 + q, f[q] > 0.0f ? a * f[q] : 0.0f);
         }
     }
@@ -494,7 +531,7 @@ __global__ void k_attn_softmax_bwd(tfb_attn_softmax_desc d, void *din, int din_t
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             int j = j0 + q;
-            a[c][q] = j < d.cols ? d.att[row + j] : 0.0f;
+            a[c][q] = j < d.cols ? tfb_load_elem(d.att, (int)d.prob_type, row + j) : 0.0f;
             g[c][q] = j < d.cols && f[q] > 0.0f ? dd[row + j] * f[q] : 0.0f;
             dot += g[c][q] * a[c][q];
         }
@@ -528,8 +565,10 @@ static tfb_status cuda_attn_softmax_fwd(void *ctx, const tfb_attn_softmax_desc *
     case 4: ATTN_LAUNCH(4, k_attn_softmax_fwd, *d); break;
     case 8: ATTN_LAUNCH(8, k_attn_softmax_fwd, *d); break;
     default:
-        TFB_CHECK(cuda_softmax_fwd(ctx, d->att, d->in, d->rows, d->cols, d->scale, d->key_len, d->rows_per_key));
-        return cuda_dropout_fwd(ctx, d->att_d, d->att_type, d->att, (size_t)d->rows * d->cols, d->p, d->key);
+        TFB_CHECK(softmax_fwd_typed(ctx, d->att, d->in, d->prob_type, d->rows, d->cols, d->scale, d->key_len,
+                                    d->rows_per_key));
+        return dropout_fwd_typed(ctx, d->att_d, d->att_type, d->att, d->prob_type, (size_t)d->rows * d->cols, d->p,
+                                 d->key);
     }
     TFB_CHECK_LAUNCH();
     return TFB_OK;
@@ -546,7 +585,7 @@ static tfb_status cuda_attn_softmax_bwd(void *ctx, const tfb_attn_softmax_desc *
     case 8: ATTN_LAUNCH(8, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d); break;
     default:
         TFB_CHECK(cuda_dropout_bwd(ctx, datt_d, datt_d, (size_t)d->rows * d->cols, d->p, d->key));
-        return cuda_softmax_bwd(ctx, din, din_type, datt_d, d->att, d->rows, d->cols, d->scale);
+        return softmax_bwd_typed(ctx, din, din_type, datt_d, d->att, d->prob_type, d->rows, d->cols, d->scale);
     }
     TFB_CHECK_LAUNCH();
     return TFB_OK;

@@ -114,24 +114,25 @@ static tfb_status cuda_copy_2d(void *ctx, float *dst, size_t dst_ld, const float
 /* One block per input row (i0, i1): its n2 runs of n3 values are read in order and each run is written to output
  * row (i0, i2) at column i1 n3, so reads and writes stay coalesced and the only per-element division is by n3 in
  * 32 bits (a row holds fewer than 2^31 values). */
-__global__ void k_permute_0213(void *out, int out_type, size_t out_ld, const float *in, size_t in_ld,
+__global__ void k_permute_0213(void *out, int out_type, size_t out_ld, const void *in, int in_type, size_t in_ld,
                                const float *bias, int n1, int n2, int n3) {
     unsigned row = blockIdx.x, i0 = row / n1, i1 = row - i0 * n1, width = (unsigned)n2 * n3;
-    const float *src = in + (size_t)row * in_ld;
-    size_t dst = (size_t)i0 * n2 * out_ld + (size_t)i1 * n3;
+    size_t src = (size_t)row * in_ld, dst = (size_t)i0 * n2 * out_ld + (size_t)i1 * n3;
     for (unsigned e = threadIdx.x; e < width; e += blockDim.x) {
         unsigned i2 = e / n3;
-        tfb_store_elem(out, out_type, dst + (size_t)i2 * out_ld + (e - i2 * n3), bias ? src[e] + bias[e] : src[e]);
+        float v = tfb_load_elem(in, in_type, src + e);
+        tfb_store_elem(out, out_type, dst + (size_t)i2 * out_ld + (e - i2 * n3), bias ? v + bias[e] : v);
     }
 }
 
-static tfb_status cuda_permute_0213(void *ctx, void *out, tfb_dtype out_type, size_t out_ld, const float *in,
-                                    size_t in_ld, const float *bias, int n0, int n1, int n2, int n3) {
+static tfb_status cuda_permute_0213(void *ctx, void *out, tfb_dtype out_type, size_t out_ld, const void *in,
+                                    tfb_dtype in_type, size_t in_ld, const float *bias, int n0, int n1, int n2,
+                                    int n3) {
     long long rows = (long long)n0 * n1, width = (long long)n2 * n3;
     if (rows == 0 || width == 0) return TFB_OK;
     if (rows > INT_MAX || width > INT_MAX) return TFB_ERR_ARG;
-    k_permute_0213<<<(unsigned)rows, tfb_row_threads((int)width), 0, S(ctx)>>>(out, (int)out_type, out_ld, in, in_ld,
-                                                                               bias, n1, n2, n3);
+    k_permute_0213<<<(unsigned)rows, tfb_row_threads((int)width), 0, S(ctx)>>>(out, (int)out_type, out_ld, in,
+                                                                               (int)in_type, in_ld, bias, n1, n2, n3);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
