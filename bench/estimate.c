@@ -150,10 +150,12 @@ static void print_rules(const tfb_options *o, const tfb_strategy *s, const tfb_e
            "gradients and moments%s); ZeRO (arXiv 1910.02054) 16 bytes/parameter = %.1f MiB\n",
            (double)state / (double)d->numel, mib(state), d->lowp ? ", 16-bit copies: Megatron's 18" : "",
            16.0 * (double)d->numel / 1048576.0);
-    printf("  activations of %d layer%s x %d set%s: tfbench %.1f MiB (FP32, embeddings and heads of the stage "
+    int lowp = strcmp(o->precision, "fp16") == 0 || strcmp(o->precision, "bf16") == 0;
+    printf("  activations of %d layer%s x %d set%s: tfbench %.1f MiB (%s, embeddings and heads of the stage "
            "included,\n    dropout masks not stored: redrawn from the counter-based RNG); Korthikanti et al. "
            "(arXiv 2205.05198,\n    16-bit with masks) %.1f MiB; with full recomputation %.1f MiB\n",
            d->layers, d->layers == 1 ? "" : "s", d->slots, d->slots == 1 ? "" : "s", mib(d->activations),
+           lowp ? "16-bit where only GEMMs and their element-wise readers read them, else FP32" : "FP32",
            kor * per / 1048576.0, 2 * sq * b * h * per / 1048576.0);
 }
 
