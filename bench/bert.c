@@ -296,9 +296,11 @@ static void plan_shared(tfb_mempool *p, bert_model *m) {
         float **bh[] = {&m->db1, &m->db2};
         plan_n(p, bh, 2, B * H);
     }
-    tfb_mempool_add(p, (void **)&m->s.dqkv, N * 3 * W * 4);
-    tfb_mempool_add(p, (void **)&m->s.datt, B * A * s * s * 4);
-    tfb_mempool_add(p, (void **)&m->s.dff, N * (size_t)m->ctx.ffn * 4);
+    if (m->wc.gemm_type == TFB_F32) { /* 16-bit runs keep these gradients in the 16-bit slots (plan_lowp) */
+        tfb_mempool_add(p, (void **)&m->s.dqkv, N * 3 * W * 4);
+        tfb_mempool_add(p, (void **)&m->s.dff, N * (size_t)m->ctx.ffn * 4);
+        tfb_mempool_add(p, (void **)&m->s.datt, B * A * s * s * 4);
+    }
     if (m->st.l1 > m->st.l0) tfb_mempool_add(p, (void **)&m->ctx.hm, 2 * N * W * 4); /* head-major attention */
     if (m->wc.checkpointing && m->st.l1 > m->st.l0) plan_layer_acts(p, m, &m->rc);
 }
@@ -523,8 +525,10 @@ static tfb_status heads_bwd(bert_model *m, bert_slot *a, const bert_batch *d, fl
     TFB_CHECK(decoder_bwd(m, a, d, loss_scale / M));
     TFB_CHECK(be->layernorm_bwd(be->ctx, m->dm2, m->g.mlm_ln_g, m->g.mlm_ln_b, m->dm1, a->mlm_act, a->mlm_mean,
                                 a->mlm_rstd, m->w.mlm_ln_g, M, H));
-    TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, m->dm2, TFB_F32, m->g.mlm_b, m->dm2, a->mlm_pre, TFB_F32,
-                                 m->w.mlm_b, M, H));
+    tfb_act_bias_bwd_desc gelu = {.act = TFB_ACT_GELU, .din = m->dm2, .din_type = TFB_F32, .dbias = m->g.mlm_b,
+                                  .dout = m->dm2, .dout_type = TFB_F32, .pre = a->mlm_pre, .pre_type = TFB_F32,
+                                  .bias = m->w.mlm_b, .n = M, .h = H};
+    TFB_CHECK(be->act_bias_bwd(be->ctx, &gelu));
     TFB_CHECK(bert_linear_bwd(c, m->dm1, m->g.mlm_w, NULL, m->dm2, a->mlm_in, m->w.mlm_w, M, H, H));
     TFB_CHECK(be->fill(be->ctx, m->dy, 0.0f, (size_t)m->N * H));
     TFB_CHECK(be->embedding_bwd(be->ctx, m->dy, m->dm1, d->mlm_rows, M, H));
@@ -714,10 +718,22 @@ static void plan_pools(bert_model *m) {
     m->wl.bytes_planned = m->pools[0].bytes + m->pools[1].bytes + m->pools[2].bytes;
 }
 
+/* In 16-bit runs each layer's LN2 writes its output's 16-bit copy straight into the next layer's x_lp, so the next
+ * layer casts nothing; not under checkpointing, where the layers share one activation set. */
+static void chain_layer_casts(bert_model *m) {
+    if (m->wc.gemm_type == TFB_F32 || m->wc.checkpointing) return;
+    for (int i = 0; i < m->wc.slots; i++)
+        for (int l = m->st.l0 + 1; l < m->st.l1; l++) {
+            m->slot[i].layer[l - 1].y_lp = m->slot[i].layer[l].x_lp;
+            m->slot[i].layer[l].x_lp_ready = 1;
+        }
+}
+
 static tfb_status plan_all(bert_model *m) {
     plan_pools(m);
     if (m->wc.plan_only) return TFB_OK;
     for (int i = 0; i < 3; i++) TFB_CHECK(tfb_mempool_commit(&m->pools[i], m->be, i == 2));
+    chain_layer_casts(m);
     for (int i = 0; i < m->wc.slots; i++) {
         int **dev[] = {&m->dev[i].ids, &m->dev[i].types, &m->dev[i].pos, &m->dev[i].mlm_rows,
                        &m->dev[i].mlm_labels, &m->dev[i].cls_rows, &m->dev[i].nsp_labels};

@@ -52,17 +52,19 @@ static tfb_status lp_act(const bert_ctx *c, int slot, const float *x, size_t n, 
 static tfb_status grad_operand(const bert_ctx *c, const float *dout, int n, int out_f, float **db, const void **dy) {
     if (c->gemm_type == TFB_F32 || !*db) return lp_act(c, 0, dout, (size_t)n * out_f, dy);
     if ((size_t)n * out_f > c->lp_elems) return TFB_ERR_ARG;
-    TFB_CHECK(c->be->act_bias_bwd(c->be->ctx, TFB_ACT_GELU, c->lp[0], c->gemm_type, *db, dout, NULL, TFB_F32, NULL, n,
-                                  out_f));
+    tfb_act_bias_bwd_desc d = {.din = c->lp[0], .din_type = c->gemm_type, .dbias = *db, .dout = dout,
+                               .dout_type = TFB_F32, .n = n, .h = out_f}; /* no pre: the cast */
+    TFB_CHECK(c->be->act_bias_bwd(c->be->ctx, &d));
     *dy = c->lp[0];
     *db = NULL;
     return TFB_OK;
 }
 
-/* x's operand kept for the backward: x itself in FP32 runs (keep NULL), else its cast into keep. */
-static tfb_status keep_operand(const bert_ctx *c, void *keep, const float *x, size_t n, const void **out) {
+/* x's operand kept for the backward: x itself in FP32 runs (keep NULL), else its cast into keep (unless ready:
+ * written there already). */
+static tfb_status keep_operand(const bert_ctx *c, void *keep, int ready, const float *x, size_t n, const void **out) {
     *out = keep ? (const void *)keep : (const void *)x;
-    return keep ? c->be->cast(c->be->ctx, keep, c->gemm_type, x, TFB_F32, n) : TFB_OK;
+    return keep && !ready ? c->be->cast(c->be->ctx, keep, c->gemm_type, x, TFB_F32, n) : TFB_OK;
 }
 
 /* The operand of an activation x whose cast, if any, was kept in keep. */
@@ -85,10 +87,11 @@ static tfb_status gemm(const bert_ctx *c, int ta, int tb, int m, int n, int k, c
     return c->be->gemm(c->be->ctx, &d);
 }
 
-/* Byte offset helper for 16-bit or FP32 operands: element offset `e` into operand p. */
+/* Byte offset helper for 16-bit or FP32 operands: element offset `e` into operand p (at_out: into an output). */
 static const void *at(const bert_ctx *c, const void *p, size_t e) {
     return (const char *)p + e * tfb_dtype_size(c->gemm_type);
 }
+static void *at_out(const bert_ctx *c, void *p, size_t e) { return (char *)p + e * tfb_dtype_size(c->gemm_type); }
 
 /* As bert_linear_fwd, the input given as its GEMM operand x (of the GEMM type). */
 static tfb_status linear_fwd_op(const bert_ctx *c, float *out, const void *x, const float *w, const float *b, int n,
@@ -117,23 +120,31 @@ static tfb_status linear_bwd_weight(const bert_ctx *c, float *dw, float *db, con
     return db ? c->be->bias_grad(c->be->ctx, db, dout, n, out_f) : TFB_OK;
 }
 
-/* As bert_linear_bwd, the input given as its GEMM operand x, and din = dX + din_beta * din (1: accumulated by the
- * GEMM, as a residual's gradient is). dy is dout's GEMM operand when its producer wrote one, else NULL (dout is
- * cast into slot 0); dout itself is read only for db. */
-static tfb_status linear_bwd_beta(const bert_ctx *c, float *din, float din_beta, float *dw, float *db,
+/* As bert_linear_bwd, the input given as its GEMM operand x, and din (of type dt: FP32, or the GEMM type for a
+ * gradient only an element-wise op reads) = dX + din_beta * din (1: accumulated by the GEMM, as a residual's
+ * gradient is). dy is dout's GEMM operand when its producer wrote one, else NULL (dout is cast into slot 0); dout
+ * itself is read only for db. */
+static tfb_status linear_bwd_beta(const bert_ctx *c, void *din, tfb_dtype dt, float din_beta, float *dw, float *db,
                                   const float *dout, const void *dy, const void *x, const float *w, int n, int in_f,
                                   int out_f) {
     if (!dw) db = NULL;
     if (!dy) TFB_CHECK(grad_operand(c, dout, n, out_f, &db, &dy));
     if (din)
-        TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, din_beta, din, TFB_F32, in_f,
-                       0, 1));
+        TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, din_beta, din, dt, in_f, 0,
+                       1));
     return dw ? linear_bwd_weight(c, dw, db, dy, dout, x, n, in_f, out_f) : TFB_OK;
 }
 
 static tfb_status linear_bwd_op(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const void *x,
                                 const float *w, int n, int in_f, int out_f) {
-    return linear_bwd_beta(c, din, 0.0f, dw, db, dout, NULL, x, w, n, in_f, out_f);
+    return linear_bwd_beta(c, din, TFB_F32, 0.0f, dw, db, dout, NULL, x, w, n, in_f, out_f);
+}
+
+/* As linear_bwd_op, din written in the GEMM type: a gradient that only an element-wise op reads (the permute to
+ * heads, GELU's backward), rounded once as the GEMM writes it, as autocast's GEMM gradients are. */
+static tfb_status linear_bwd_lp(const bert_ctx *c, void *din, float *dw, float *db, const float *dout, const void *x,
+                                const float *w, int n, int in_f, int out_f) {
+    return linear_bwd_beta(c, din, c->gemm_type, 0.0f, dw, db, dout, NULL, x, w, n, in_f, out_f);
 }
 
 tfb_status bert_linear_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const float *in,
@@ -162,7 +173,7 @@ static tfb_status row_parallel_fwd(const bert_ctx *c, float *out, const void *x,
  * linear_bwd_beta. */
 static tfb_status col_parallel_bwd_op(const bert_ctx *c, float *din, float *dw, float *db, const float *dout,
                                       const void *dy, const void *x, const float *w, int n, int in_f, int out_f) {
-    if (!has_group(c)) return linear_bwd_beta(c, din, 0.0f, dw, db, dout, dy, x, w, n, in_f, out_f);
+    if (!has_group(c)) return linear_bwd_beta(c, din, TFB_F32, 0.0f, dw, db, dout, dy, x, w, n, in_f, out_f);
     if (!dw) db = NULL;
     if (!dy) TFB_CHECK(grad_operand(c, dout, n, out_f, &db, &dy)); /* cast once: slot 0 holds it through both */
     TFB_CHECK(gemm(c, 0, 0, n, in_f, out_f, dy, out_f, 0, lp_weight(c, w), in_f, 0, 0.0f, din, TFB_F32, in_f, 0, 1));
@@ -185,12 +196,11 @@ tfb_status bert_col_parallel_bwd(const bert_ctx *c, float *din, float *dw, float
 
 static uint32_t site_of(int layer, int place) { return (uint32_t)(layer + 1) * 8u + (uint32_t)place; }
 
-/* Attention's softmax and its dropout, forward (din NULL: a->att, a->att_d from the scores in a->att) or backward
- * (din of type t from datt, att_d's gradient, overwritten). Without tensor parallelism the batch's (batch, A, s, s)
- * block is contiguous in the dropout's global counter space and takes one call; a rank holding some of the heads
- * takes one call per sample, its heads sitting at global head tp_rank * A. */
-static tfb_status attention_softmax(const bert_ctx *c, int layer, const bert_layer_acts *a, float *datt, void *din,
-                                    tfb_dtype t) {
+/* Attention's softmax and its dropout, forward (g NULL: a->att, a->att_d from the scores in a->att) or backward
+ * (g: att_d's gradient in the GEMM type, overwritten by the scores' gradient in that type). Without tensor
+ * parallelism the batch's (batch, A, s, s) block is contiguous in the dropout's global counter space and takes one
+ * call; a rank holding some of the heads takes one call per sample, its heads sitting at global head tp_rank * A. */
+static tfb_status attention_softmax(const bert_ctx *c, int layer, const bert_layer_acts *a, void *g) {
     int s = c->seq, A = c->heads, At = c->heads_total ? c->heads_total : A, head_dim = bert_ctx_local_width(c) / A;
     size_t per_sample = (size_t)A * s * s, esz = tfb_dtype_size(c->gemm_type);
     int calls = At == A ? 1 : c->batch;
@@ -203,8 +213,9 @@ static tfb_status attention_softmax(const bert_ctx *c, int layer, const bert_lay
                                    .rows = (calls == 1 ? c->batch : 1) * A * s, .cols = s, .rows_per_key = A * s,
                                    .scale = 1.0f / sqrtf((float)head_dim), .p = c->dropout,
                                    .key = bert_dropout_key(c, site_of(layer, SITE_ATT), elem0)};
-        if (!din) TFB_CHECK(c->be->attn_softmax_fwd(c->be->ctx, &d));
-        else TFB_CHECK(c->be->attn_softmax_bwd(c->be->ctx, &d, (char *)din + o * tfb_dtype_size(t), t, datt + o));
+        if (!g) TFB_CHECK(c->be->attn_softmax_fwd(c->be->ctx, &d));
+        else TFB_CHECK(c->be->attn_softmax_bwd(c->be->ctx, &d, (char *)g + o * esz, c->gemm_type, (char *)g + o * esz,
+                                               c->gemm_type));
     }
     return TFB_OK;
 }
@@ -263,7 +274,7 @@ static tfb_status attention_fwd(const bert_ctx *c, int layer, const float *qkv_b
     const void *qkv = a->qkv_hm;
     TFB_CHECK(qkv_heads(c, &h, a->qkv, qkv_b, a->qkv_hm));
     TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, qkv, d, sd, at(c, qkv, h.nw), d, sd, a->att, c->gemm_type, s, ss));
-    TFB_CHECK(attention_softmax(c, layer, a, NULL, NULL, TFB_F32));
+    TFB_CHECK(attention_softmax(c, layer, a, NULL));
     TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, a->att_d, s, ss, at(c, qkv, 2 * h.nw), d, sd, h.o, c->gemm_type, d,
                          sd));
     return from_heads(c, &h, a->ctx, c->gemm_type, h.W, h.o, c->gemm_type);
@@ -291,7 +302,7 @@ tfb_status bert_layer_fwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
     int N = c->batch * c->seq, H = c->hidden, F = c->ffn, W = bert_ctx_local_width(c);
     float *proj = a->y; /* y is written last: use it as the projection buffer first */
     const void *xo;
-    TFB_CHECK(keep_operand(c, a->x_lp, x, (size_t)N * H, &xo));
+    TFB_CHECK(keep_operand(c, a->x_lp, a->x_lp_ready, x, (size_t)N * H, &xo));
     TFB_CHECK(linear_fwd_lp(c, a->qkv, xo, w->qkv_w, N, H, 3 * W)); /* the bias is added on the way to heads */
     TFB_CHECK(attention_fwd(c, layer, w->qkv_b, a));
     TFB_CHECK(row_parallel_fwd(c, proj, a->ctx, w->ao_w, N, W, H));
@@ -302,29 +313,38 @@ tfb_status bert_layer_fwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
     TFB_CHECK(c->be->bias_act_fwd(c->be->ctx, TFB_ACT_GELU, a->g, c->gemm_type, a->u, c->gemm_type, w->ff1_b, N, F));
     TFB_CHECK(row_parallel_fwd(c, proj, a->g, w->ff2_w, N, F, H));
     d = residual_ln_of(c, layer, 2, w, a);
-    d.x = proj, d.residual = a->x1, d.y = a->y;
+    d.x = proj, d.residual = a->x1, d.y = a->y, d.y_lp = a->y_lp;
     return c->be->residual_ln_fwd(c->be->ctx, &d);
 }
 
-/* From dctx (N, Hl) to dqkv (N, 3Hl), through the saved qkv_hm, att and att_d. The context gradient goes
- * head-major in the GEMM type (into slot 1, or scratch o in FP32 runs), the softmax backward writes its result in
- * the GEMM type (slot 2, or in place in FP32); dV goes to scratch t, dQ to o, dK to t once dV is written out. */
-static tfb_status attention_bwd(const bert_ctx *c, int layer, const bert_layer_acts *a, const float *dctx,
-                                const bert_layer_scratch *sc) {
+/* From dctx (N, Hl, in the GEMM type) to dqkv (N, 3Hl, in the GEMM type: the QKV projection's GEMM operand),
+ * through the saved qkv_hm, att and att_d. The context gradient goes head-major (into slot 1, or scratch o in FP32
+ * runs); the probabilities' gradient leaves its GEMM in the GEMM type (slot 2, free once dctx is permuted, or
+ * scratch datt in FP32) and the softmax backward overwrites it with the scores'; dV goes to scratch t, dQ to o, dK
+ * to t once dV is written out, each in the GEMM type. */
+static tfb_status attention_bwd(const bert_ctx *c, int layer, const bert_layer_acts *a, const void *dctx,
+                                const bert_layer_scratch *sc, void *dqkv) {
     heads_view h = heads_of(c);
     int s = h.s, d = h.d, W3 = 3 * h.W, f32 = c->gemm_type == TFB_F32;
+    tfb_dtype t = c->gemm_type;
     long long sd = (long long)s * d, ss = (long long)s * s;
     const void *qkv = a->qkv_hm;
     void *dc = f32 ? (void *)h.o : c->lp[1], *datt = f32 ? (void *)sc->datt : c->lp[2];
-    TFB_CHECK(to_heads(c, &h, dc, c->gemm_type, dctx, TFB_F32, h.W, NULL));
-    TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, dc, d, sd, at(c, qkv, 2 * h.nw), d, sd, sc->datt, TFB_F32, s, ss));
-    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, a->att_d, s, ss, dc, d, sd, h.t, TFB_F32, d, sd)); /* dV */
-    TFB_CHECK(from_heads(c, &h, sc->dqkv + 2 * h.W, TFB_F32, W3, h.t, TFB_F32));
-    TFB_CHECK(attention_softmax(c, layer, a, sc->datt, datt, c->gemm_type));
-    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, datt, s, ss, at(c, qkv, h.nw), d, sd, h.o, TFB_F32, d, sd)); /* dQ */
-    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, datt, s, ss, qkv, d, sd, h.t, TFB_F32, d, sd));             /* dK */
-    TFB_CHECK(from_heads(c, &h, sc->dqkv, TFB_F32, W3, h.o, TFB_F32));
-    return from_heads(c, &h, sc->dqkv + h.W, TFB_F32, W3, h.t, TFB_F32);
+    TFB_CHECK(to_heads(c, &h, dc, t, dctx, t, h.W, NULL));
+    TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, dc, d, sd, at(c, qkv, 2 * h.nw), d, sd, datt, t, s, ss));
+    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, a->att_d, s, ss, dc, d, sd, h.t, t, d, sd)); /* dV */
+    TFB_CHECK(from_heads(c, &h, at_out(c, dqkv, 2 * (size_t)h.W), t, W3, h.t, t));
+    TFB_CHECK(attention_softmax(c, layer, a, datt));
+    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, datt, s, ss, at(c, qkv, h.nw), d, sd, h.o, t, d, sd)); /* dQ */
+    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, datt, s, ss, qkv, d, sd, h.t, t, d, sd));             /* dK */
+    TFB_CHECK(from_heads(c, &h, dqkv, t, W3, h.o, t));
+    return from_heads(c, &h, at_out(c, dqkv, (size_t)h.W), t, W3, h.t, t);
+}
+
+/* dbias (h) += the column sums of dout (n, h), a gradient in the GEMM type (a GEMM operand already) */
+static tfb_status bias_grad_of(const bert_ctx *c, float *dbias, const void *dout, int n, int h) {
+    tfb_act_bias_bwd_desc d = {.dbias = dbias, .dout = dout, .dout_type = c->gemm_type, .n = n, .h = h};
+    return c->be->act_bias_bwd(c->be->ctx, &d);
 }
 
 /* din (n, in_f) += a column-parallel layer's dX, dout's GEMM operand being dy or NULL as in linear_bwd_beta. On one
@@ -333,7 +353,7 @@ static tfb_status attention_bwd(const bert_ctx *c, int layer, const bert_layer_a
 static tfb_status col_parallel_bwd_acc(const bert_ctx *c, float *din, float *scratch, float *dw, float *db,
                                        const float *dout, const void *dy, const void *x, const float *w, int n,
                                        int in_f, int out_f) {
-    if (!has_group(c)) return linear_bwd_beta(c, din, 1.0f, dw, db, dout, dy, x, w, n, in_f, out_f);
+    if (!has_group(c)) return linear_bwd_beta(c, din, TFB_F32, 1.0f, dw, db, dout, dy, x, w, n, in_f, out_f);
     TFB_CHECK(col_parallel_bwd_op(c, scratch, dw, db, dout, dy, x, w, n, in_f, out_f));
     return c->be->residual_add(c->be->ctx, din, din, scratch, (size_t)n * in_f);
 }
@@ -344,17 +364,23 @@ tfb_status bert_layer_bwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
     int N = c->batch * c->seq, H = c->hidden, F = c->ffn, W = bert_ctx_local_width(c);
     tfb_residual_ln_desc d2 = residual_ln_of(c, layer, 2, w, a), d1 = residual_ln_of(c, layer, 1, w, a);
     /* grad holds dy; t1 <- dh2 (x1's gradient through the residual), t2 <- the FFN output's gradient */
+    int f32 = c->gemm_type == TFB_F32;
+    /* gradients only element-wise ops read, in the GEMM type: in 16-bit runs in slots (free when each is made) */
+    void *dff = f32 ? (void *)s->dff : c->lp[1], *dctx = f32 ? (void *)s->t1 : c->lp[2];
+    void *dqkv = f32 ? (void *)s->dqkv : c->lp[0];
     TFB_CHECK(be->residual_ln_bwd(be->ctx, &d2, s->t1, s->t2, dw->ln2_g, dw->ln2_b, grad));
-    TFB_CHECK(linear_bwd_op(c, s->dff, dw->ff2_w, dw->ff2_b, s->t2, a->g, w->ff2_w, N, F, H));
-    void *dff = c->gemm_type == TFB_F32 ? (void *)s->dff : c->lp[0]; /* GELU's backward writes the GEMM operand */
-    TFB_CHECK(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, dff, c->gemm_type, dw->ff1_b, s->dff, a->u, c->gemm_type,
-                               w->ff1_b, N, F));
+    TFB_CHECK(linear_bwd_lp(c, dff, dw->ff2_w, dw->ff2_b, s->t2, a->g, w->ff2_w, N, F, H));
+    tfb_act_bias_bwd_desc gelu = {.act = TFB_ACT_GELU, .din = dff, .din_type = c->gemm_type, .dbias = dw->ff1_b,
+                                  .dout = dff, .dout_type = c->gemm_type, .pre = a->u, .pre_type = c->gemm_type,
+                                  .bias = w->ff1_b, .n = N, .h = F}; /* in place: dU is the FF1 GEMM's operand */
+    TFB_CHECK(be->act_bias_bwd(be->ctx, &gelu));
     TFB_CHECK(col_parallel_bwd_acc(c, s->t1, s->t2, dw->ff1_w, NULL, NULL, dff, kept_operand(a->x1_lp, a->x1),
                                    w->ff1_w, N, H, F)); /* t1 <- dx1 */
     /* grad <- dh1 (the layer input's gradient through the residual), t2 <- the attention projection's gradient */
     TFB_CHECK(be->residual_ln_bwd(be->ctx, &d1, grad, s->t2, dw->ln1_g, dw->ln1_b, s->t1));
-    TFB_CHECK(linear_bwd_op(c, s->t1, dw->ao_w, dw->ao_b, s->t2, a->ctx, w->ao_w, N, W, H)); /* t1 <- dctx */
-    TFB_CHECK(attention_bwd(c, layer, a, s->t1, s));
-    return col_parallel_bwd_acc(c, grad, s->t2, dw->qkv_w, dw->qkv_b, s->dqkv, NULL, kept_operand(a->x_lp, x),
-                                w->qkv_w, N, H, 3 * W);
+    TFB_CHECK(linear_bwd_lp(c, dctx, dw->ao_w, dw->ao_b, s->t2, a->ctx, w->ao_w, N, W, H));
+    TFB_CHECK(attention_bwd(c, layer, a, dctx, s, dqkv));
+    TFB_CHECK(bias_grad_of(c, dw->qkv_b, dqkv, N, 3 * W));
+    return col_parallel_bwd_acc(c, grad, s->t2, dw->qkv_w, NULL, NULL, dqkv, kept_operand(a->x_lp, x), w->qkv_w, N,
+                                H, 3 * W);
 }

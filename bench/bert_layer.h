@@ -11,8 +11,11 @@
  * itself). The GEMM results that only an element-wise op reads (the QKV projection, read by the permute to heads;
  * the attention scores, read by the softmax, which saves its probabilities in the same type; the context, read by
  * the permute back; the FFN up-projection, read by GELU and its backward) are written by their GEMM in the GEMM
- * type as well, as PyTorch's autocast does; a bias is added in FP32 by the op reading them. Gradients are cast into scratch slots unless the op making them writes the GEMM type (GELU's backward
- * writes dU so). Everything else is FP32. This file allocates nothing.
+ * type as well, as PyTorch's autocast does; a bias is added in FP32 by the op reading them. Gradients are cast
+ * into scratch slots unless the op making them writes the GEMM type (GELU's backward writes dU so); the gradients
+ * only element-wise ops read (the FFN's hidden gradient, read by GELU's backward; the context's, read by the
+ * permute to heads; the attention probabilities', read by the softmax backward; dQ, dK and dV, read by the permute
+ * back, which gives the QKV GEMM its operand) are written by their GEMMs in the GEMM type. Everything else is FP32. This file allocates nothing.
  *
  * Tensor parallelism (Megatron-LM): a rank holds whole heads of Wqkv and rows of W1 (column-parallel) and the
  * matching columns of Wo and W2 (row-parallel); the outputs of Wo and W2 are summed over the tensor group before
@@ -87,14 +90,16 @@ typedef struct {
     float *ln2_mean; /* (N) */
     float *ln2_rstd; /* (N) */
     float *y;        /* (N, H) layer output */
+    void *y_lp;      /* (N, H) y in the GEMM type, written by LN2 in its pass when set: the next layer's x_lp */
+    int x_lp_ready;  /* x_lp already holds the input's 16-bit copy (the previous layer's LN2 wrote it): no cast */
 } bert_layer_acts;
 
 /* Backward work buffers shared by all layers. */
 typedef struct {
     float *t1, *t2;  /* (N, H) each */
-    float *dqkv;     /* (N, 3Hl) */
-    float *datt;     /* (batch, A, s, s) */
-    float *dff;      /* (N, Fl) */
+    float *dqkv;     /* (N, 3Hl); FP32 runs only (16-bit runs write it in the GEMM type into ctx->lp[0]) */
+    float *datt;     /* (batch, A, s, s); FP32 runs only (16-bit runs: ctx->lp[2]) */
+    float *dff;      /* (N, Fl); FP32 runs only (16-bit runs: ctx->lp[1]) */
 } bert_layer_scratch;
 
 /* Elements of each scratch slot lp[i] the layer needs (the largest activation operand); heads and ffn local. */

@@ -111,6 +111,23 @@ typedef struct {
     tfb_dropout_key key;
 } tfb_attn_softmax_desc;
 
+/* An activation's backward with its bias gradient, one pass: din = dout * act'(pre + bias) and dbias += the column
+ * sums of din as computed in FP32 (before din is rounded to din_type). */
+typedef struct {
+    tfb_act act;
+    void *din;              /* (n, h) out in din_type (a 16-bit din is the GEMM operand of the layer below, written
+                             * rounded); NULL: the bias gradient alone. May alias dout when of dout's type */
+    tfb_dtype din_type;
+    float *dbias;           /* (h) += */
+    const void *dout;       /* (n, h) in dout_type: FP32, or 16-bit as a GEMM wrote it */
+    tfb_dtype dout_type;
+    const void *pre;        /* (n, h) in pre_type, as bias_act_fwd read it; NULL stands for the identity (act and
+                             * bias ignored): dout's cast and its bias gradient in one pass */
+    tfb_dtype pre_type;
+    const float *bias;      /* (h) added to pre, or NULL */
+    int n, h;
+} tfb_act_bias_bwd_desc;
+
 struct tfb_comm; /* bench/comm.h */
 
 typedef struct tfb_backend tfb_backend;
@@ -191,10 +208,11 @@ struct tfb_backend {
     /* As tfb_attn_softmax_desc says; in FP32 the same values as softmax_fwd then dropout_fwd, in 16 bits those of
      * the widened scores with att rounded before the dropout reads it. */
     tfb_status (*attn_softmax_fwd)(void *ctx, const tfb_attn_softmax_desc *d);
-    /* Its backward: din (rows, cols) of din_type = softmax_bwd of dropout_bwd of datt_d (att_d's gradient, which
-     * may be overwritten), through d's att (widened); an FP32 din may alias datt_d. */
+    /* Its backward: din (rows, cols) of din_type = softmax_bwd of dropout_bwd of datt_d (att_d's gradient, of
+     * datt_type: FP32, or 16-bit as its GEMM wrote it; it may be overwritten), through d's att (widened), in FP32;
+     * din may alias datt_d when of datt_type. */
     tfb_status (*attn_softmax_bwd)(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype din_type,
-                                   float *datt_d);
+                                   void *datt_d, tfb_dtype datt_type);
 
     /* out (n) = act(in) */
     tfb_status (*act_fwd)(void *ctx, tfb_act act, float *out, const float *in, size_t n);
@@ -205,12 +223,8 @@ struct tfb_backend {
      * for the backward) and bias (h) FP32: the sum formed in FP32, one pass */
     tfb_status (*bias_act_fwd)(void *ctx, tfb_act act, void *out, tfb_dtype out_type, const void *pre,
                                tfb_dtype pre_type, const float *bias, int n, int h);
-    /* din (n, h) of din_type = dout * act'(pre + bias) (pre of pre_type as bias_act_fwd read it; bias NULL: none)
-     * and dbias (h) += column sums of the FP32 din, in one pass (a 16-bit din is the GEMM operand of the layer
-     * below: written rounded, with no FP32 copy). pre NULL stands for the identity (act and bias ignored): dout's
-     * cast and its bias gradient in one pass. din may alias dout when din_type is FP32. */
-    tfb_status (*act_bias_bwd)(void *ctx, tfb_act act, void *din, tfb_dtype din_type, float *dbias, const float *dout,
-                               const void *pre, tfb_dtype pre_type, const float *bias, int n, int h);
+    /* As tfb_act_bias_bwd_desc says */
+    tfb_status (*act_bias_bwd)(void *ctx, const tfb_act_bias_bwd_desc *d);
     /* x (n, h) += bias (h) broadcast over rows */
     tfb_status (*bias_add)(void *ctx, float *x, const float *bias, int n, int h);
     /* dbias (h) += column sums of dout (n, h) */

@@ -6,8 +6,9 @@
  * sample sees values of the same range. The last column is the fused op's least traffic (each input read once,
  * each output written once) over its time: how near it runs to the memory's bandwidth. Two rows time a GEMM with
  * the op reading its result, the result written in 16 bits against FP32 (the FFN up-projection with GELU, the QKV
- * projection with its permutes to heads); they have no traffic column, the GEMM's time being mostly arithmetic.
- * The p16 rows time attention's softmax on 16-bit scores and probabilities against the FP32 ones.
+ * projection with its permutes to heads; FF2's input gradient with GELU's backward); they have no traffic
+ * column, the GEMM's time being mostly arithmetic.
+ * The p16 rows time attention's softmax on 16-bit scores, probabilities and gradient against the FP32 ones.
  * It does not check values: tests/test_ops (CPU) and tests/gpu_check (device against CPU) do.
  * usage: bench_fused [cpu|cuda] [BATCH] [fp16|bf16]   (defaults: cuda 32 fp16)
  */
@@ -31,7 +32,7 @@ typedef struct {
     float *bias, *gamma, *beta, *dgamma, *dbeta, *dbias; /* (HIDDEN) each */
     float *mean, *rstd;                      /* (n) */
     float *scores, *att, *datt, *datt0;      /* (batch, HEADS, SEQ, SEQ) each; datt0: datt's first values */
-    void *att16, *din16, *p16;               /* (batch, HEADS, SEQ, SEQ) in t; p16: scores, then probabilities */
+    void *att16, *din16, *p16, *datt16;      /* (batch, HEADS, SEQ, SEQ) in t; p16: scores, then probabilities */
     float *qkv, *qkv_b;                      /* (n, 3 HIDDEN), (3 HIDDEN) */
     void *heads16;                           /* 3 x (batch, HEADS, SEQ, 64) in t: Q, K, V head-major */
     float *pre, *dout, *dpre, *fbias;        /* (n, FFN) x 3, (FFN) */
@@ -102,7 +103,7 @@ static tfb_status attn_fwd_separate(bf *b) {
 }
 static tfb_status attn_bwd_fused(bf *b) {
     tfb_attn_softmax_desc d = attn_desc(b);
-    return b->be->attn_softmax_bwd(b->be->ctx, &d, b->din16, b->t, b->datt);
+    return b->be->attn_softmax_bwd(b->be->ctx, &d, b->din16, b->t, b->datt, TFB_F32);
 }
 /* the BERT layer's 16-bit form: scores and probabilities in t, in place */
 static tfb_attn_softmax_desc attn_desc16(const bf *b) {
@@ -116,7 +117,7 @@ static tfb_status attn16_fwd(bf *b) {
 }
 static tfb_status attn16_bwd(bf *b) {
     tfb_attn_softmax_desc d = attn_desc16(b);
-    return b->be->attn_softmax_bwd(b->be->ctx, &d, b->din16, b->t, b->datt);
+    return b->be->attn_softmax_bwd(b->be->ctx, &d, b->din16, b->t, b->datt16, b->t); /* datt16 is only read */
 }
 static tfb_status attn_bwd_separate(bf *b) {
     TFB_CHECK(b->be->dropout_bwd(b->be->ctx, b->datt, b->datt, b->na, P, KEY));
@@ -138,22 +139,25 @@ static tfb_status heads_separate(bf *b) {
     return qkv_heads(b, NULL);
 }
 
-static tfb_status cast_bias_fused(bf *b) {
-    return b->be->act_bias_bwd(b->be->ctx, TFB_ACT_GELU, b->dy16, b->t, b->dbias, b->dy, NULL, TFB_F32, NULL, b->n,
-                               HIDDEN);
+/* GELU's backward (pre NULL: the cast) from dout of type dt into din of type t, its bias gradient into dbias */
+static tfb_status gelu_bwd(bf *b, void *din, tfb_dtype t, float *dbias, const void *dout, tfb_dtype dt,
+                           const void *pre, tfb_dtype pt, int h) {
+    tfb_act_bias_bwd_desc d = {.act = TFB_ACT_GELU, .din = din, .din_type = t, .dbias = dbias, .dout = dout,
+                               .dout_type = dt, .pre = pre, .pre_type = pt, .bias = b->fbias, .n = b->n, .h = h};
+    return b->be->act_bias_bwd(b->be->ctx, &d);
 }
+
+static tfb_status cast_bias_fused(bf *b) { return gelu_bwd(b, b->dy16, b->t, b->dbias, b->dy, TFB_F32, NULL, 0, HIDDEN); }
 static tfb_status cast_bias_separate(bf *b) {
     TFB_CHECK(b->be->bias_grad(b->be->ctx, b->dbias, b->dy, b->n, HIDDEN));
     return b->be->cast(b->be->ctx, b->dy16, b->t, b->dy, TFB_F32, b->nh);
 }
 
 static tfb_status gelu_bwd_fused(bf *b) {
-    return b->be->act_bias_bwd(b->be->ctx, TFB_ACT_GELU, b->dpre16, b->t, b->fbias, b->dout, b->pre, TFB_F32, b->fbias,
-                               b->n, FFN);
+    return gelu_bwd(b, b->dpre16, b->t, b->fbias, b->dout, TFB_F32, b->pre, TFB_F32, FFN);
 }
 static tfb_status gelu_bwd_separate(bf *b) {
-    TFB_CHECK(b->be->act_bias_bwd(b->be->ctx, TFB_ACT_GELU, b->dpre, TFB_F32, b->fbias, b->dout, b->pre, TFB_F32,
-                                  b->fbias, b->n, FFN));
+    TFB_CHECK(gelu_bwd(b, b->dpre, TFB_F32, b->fbias, b->dout, TFB_F32, b->pre, TFB_F32, FFN));
     return b->be->cast(b->be->ctx, b->dpre16, b->t, b->dpre, TFB_F32, b->nf);
 }
 
@@ -182,6 +186,18 @@ static tfb_status qkv_from(bf *b, void *out, tfb_dtype ct) {
     return TFB_OK;
 }
 static tfb_status qkv_c16(bf *b) { return qkv_from(b, b->qkv16, b->t); }
+
+/* FF2's input gradient dy16 (n, HIDDEN) W2 (HIDDEN, FFN) in type ct at out, then GELU's backward into dpre16: in
+ * 16 bits in place over the GEMM's result with a 16-bit pre (the layer now), or from FP32 with an FP32 pre */
+static tfb_status ff2_dx_from(bf *b, void *out, tfb_dtype ct) {
+    tfb_gemm_desc d = {.m = b->n, .n = FFN, .k = HIDDEN, .alpha = 1.0f, .a = b->dy16, .lda = HIDDEN, .b = b->w1_16,
+                       .ldb = FFN, .c = out, .ldc = FFN, .batch = 1, .in_type = b->t, .c_type = ct};
+    TFB_CHECK(b->be->gemm(b->be->ctx, &d));
+    if (ct == TFB_F32) return gelu_bwd(b, b->dpre16, b->t, b->fbias, out, ct, b->pre, TFB_F32, FFN);
+    return gelu_bwd(b, b->dpre16, b->t, b->fbias, out, ct, b->u16, b->t, FFN);
+}
+static tfb_status ff2_dx_c16(bf *b) { return ff2_dx_from(b, b->dpre16, b->t); }
+static tfb_status ff2_dx_c32(bf *b) { return ff2_dx_from(b, b->dpre, TFB_F32); }
 static tfb_status qkv_c32(bf *b) { return qkv_from(b, b->qkv, TFB_F32); }
 
 /* ---- buffers and timing ---- */
@@ -218,6 +234,8 @@ static void bf_alloc(bf *b) {
     b->x16 = bf_lp(b, b->nh), b->w1_16 = bf_lp(b, (size_t)FFN * HIDDEN), b->wqkv16 = bf_lp(b, 3 * HIDDEN * HIDDEN);
     b->u16 = bf_lp(b, b->nf), b->g16 = bf_lp(b, b->nf), b->qkv16 = bf_lp(b, 3 * b->nh), b->p16 = bf_lp(b, b->na);
     BF_CHECK(b->be->cast(b->be->ctx, b->p16, b->t, b->scores, TFB_F32, b->na));
+    b->datt16 = bf_lp(b, b->na);
+    BF_CHECK(b->be->cast(b->be->ctx, b->datt16, b->t, b->datt0, TFB_F32, b->na));
     float *w = bf_normal(b, (size_t)FFN * HIDDEN, id++); /* GEMM operands of normal values, not zeros */
     BF_CHECK(b->be->cast(b->be->ctx, b->x16, b->t, b->x, TFB_F32, b->nh));
     BF_CHECK(b->be->cast(b->be->ctx, b->w1_16, b->t, w, TFB_F32, (size_t)FFN * HIDDEN));
@@ -257,9 +275,11 @@ static const bf_pair PAIRS[] = {
     {"act_bias_bwd gelu out16", "act_bias_bwd (FP32) cast", gelu_bwd_fused, gelu_bwd_separate, NULL, 10, 1},
     {"attn_softmax_fwd p16", "attn_softmax_fwd (FP32 scores, probabilities)", attn16_fwd, attn_fwd_fused, NULL, 6,
      2},
-    {"attn_softmax_bwd p16", "attn_softmax_bwd (FP32 probabilities)", attn16_bwd, attn_bwd_fused, restore_datt, 8, 2},
+    {"attn_softmax_bwd p16", "attn_softmax_bwd (FP32 probabilities, datt)", attn16_bwd, attn_bwd_fused, restore_datt,
+     6, 2},
     {"FF1 gemm c16 + gelu in16", "FF1 gemm (FP32 C) + gelu in FP32", ff1_c16, ff1_c32, NULL, 0, 1},
     {"QKV gemm c16 + 3 permutes in16", "QKV gemm (FP32 C) + 3 permutes in FP32", qkv_c16, qkv_c32, NULL, 0, 3},
+    {"FF2 dX gemm c16 + gelu bwd", "FF2 dX gemm (FP32 C) + gelu bwd from FP32", ff2_dx_c16, ff2_dx_c32, NULL, 0, 1},
 };
 
 static void bf_row(bf *b, const bf_pair *p) {

@@ -367,13 +367,13 @@ static void check_attn_softmax(tfb_dtype t, float p, int cols, uint64_t off) {
     snprintf(name, sizeof name, "attn_softmax_fwd in place %s", tag);
     verdict(name, "fp32", TOL_FP32, &xa, 1);
     BOTH(be->attn_softmax_bwd(be->ctx, (tfb_attn_softmax_desc[]){asm_desc(&a, b, F(a.x), F(a.att))}, V(a.din), t,
-                              F(a.datt)));
+                              F(a.datt), TFB_F32));
     pair din = f32_view(a.din, t, &w);
     snprintf(name, sizeof name, "attn_softmax_bwd %s", tag);
     verdict(name, prec_name(t, 0), t == TFB_F32 ? TOL_FP32 : TOL_16, &din, 1);
     if (t == TFB_F32) {
         BOTH(be->attn_softmax_bwd(be->ctx, (tfb_attn_softmax_desc[]){asm_desc(&a, b, F(a.x), F(a.att))},
-                                  F(a.datt2), t, F(a.datt2)));
+                                  F(a.datt2), t, F(a.datt2), TFB_F32));
         snprintf(name, sizeof name, "attn_softmax_bwd in place %s", tag);
         verdict(name, "fp32", TOL_FP32, &a.datt2, 1);
     }
@@ -381,8 +381,9 @@ static void check_attn_softmax(tfb_dtype t, float p, int cols, uint64_t off) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
 }
 
-/* The BERT layer's form in 16 bits (t): scores and probabilities in t, in place in one buffer, att_d and din in t;
- * rows of `cols` columns (the warp kernel, or past 1024 the block-per-row fallback). */
+/* The BERT layer's form in 16 bits (t): scores and probabilities in t, in place in one buffer, att_d in t; the
+ * backward from att_d's gradient in t, din written over it; rows of `cols` columns (the warp kernels, or past 1024
+ * the two ops forward and the block-per-row kernel backward). */
 static void check_attn_softmax_p16(tfb_dtype t, int cols) {
     asm_bufs a = {.rows = 48, .cols = cols, .t = t, .p = 0.1f, .off = 3};
     size_t n = (size_t)a.rows * cols;
@@ -400,9 +401,10 @@ static void check_attn_softmax_p16(tfb_dtype t, int cols) {
     pair fwd[2] = {scw, f32_view(a.att_d, t, &w)};
     snprintf(name, sizeof name, "attn_softmax_fwd p16 in place %dc", cols);
     verdict(name, prec_name(t, 0), TOL_16, fwd, 2);
-    BOTH(be->attn_softmax_bwd(be->ctx, &d[b], V(a.din), t, F(a.datt)));
+    BOTH(be->cast(be->ctx, V(a.din), t, F(a.datt), TFB_F32, n));
+    BOTH(be->attn_softmax_bwd(be->ctx, &d[b], V(a.din), t, V(a.din), t));
     pair din = f32_view(a.din, t, &w);
-    snprintf(name, sizeof name, "attn_softmax_bwd p16 %dc", cols);
+    snprintf(name, sizeof name, "attn_softmax_bwd p16 in place %dc", cols);
     verdict(name, prec_name(t, 0), TOL_16, &din, 1);
     pair all[] = {x, sc, scw, w, a.klen, a.att_d, a.din, a.datt};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
@@ -453,6 +455,15 @@ static void check_add_relu(tfb_dtype t, tfb_dtype b_type) {
     release(&a); release(&bb); release(&y); release(&yw); release(&dy); release(&dx); release(&g); release(&gw);
 }
 
+/* act_bias_bwd's descriptor: GELU (pre NULL: the identity), din of din_type (NULL: the bias gradient alone) */
+static tfb_act_bias_bwd_desc ab_desc(void *din, tfb_dtype din_type, float *dbias, const void *dout, tfb_dtype dout_type,
+                                     const void *pre, tfb_dtype pre_type, const float *bias, int n, int h) {
+    return (tfb_act_bias_bwd_desc){.act = TFB_ACT_GELU, .din = din, .din_type = din_type, .dbias = dbias,
+                                   .dout = dout, .dout_type = dout_type, .pre = pre, .pre_type = pre_type,
+                                   .bias = bias, .n = n, .h = h};
+}
+#define ACT_BIAS_BWD(...) be->act_bias_bwd(be->ctx, (tfb_act_bias_bwd_desc[]){ab_desc(__VA_ARGS__)})
+
 static void check_bias(void) {
     int n = 517, h = 600;
     pair x = rand_f32((size_t)n * h, -1, 1), bias = rand_f32((size_t)h, -1, 1), db = rand_f32((size_t)h, -1, 1);
@@ -464,7 +475,7 @@ static void check_bias(void) {
     BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, F(y), TFB_F32, F(pre), TFB_F32, F(bias), n, h));
     pair fwd[2] = {y, pre};
     verdict("bias_act_fwd gelu", "fp32", TOL_FP32, fwd, 2);
-    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, F(dy), TFB_F32, F(db), F(dy), F(pre), TFB_F32, F(bias), n, h));
+    BOTH(ACT_BIAS_BWD(F(dy), TFB_F32, F(db), F(dy), TFB_F32, F(pre), TFB_F32, F(bias), n, h));
     pair bwd[2] = {dy, db};
     verdict("act_bias_bwd gelu", "fp32", TOL_FP32, bwd, 2);
     release(&x); release(&bias); release(&db); release(&pre); release(&y); release(&dy);
@@ -561,11 +572,11 @@ static void check_typed_outputs(tfb_dtype t) {
     verdict(TYPED_ROW("bias_act_fwd gelu"), p, TOL_16, fwd, 2);
     pair dyh = rand_f32(nh, -1, 1), db = rand_f32((size_t)h, -1, 1), d16 = poisoned16(nh);
     pair dy16 = poisoned16(nh);
-    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, V(d16), t, F(db), F(dyh), F(pre), TFB_F32, F(bias), n, h));
+    BOTH(ACT_BIAS_BWD(V(d16), t, F(db), F(dyh), TFB_F32, F(pre), TFB_F32, F(bias), n, h));
     BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(d16), t, nh));
     pair bwd[2] = {ow, db};
     verdict(TYPED_ROW("act_bias_bwd gelu"), p, TOL_16, bwd, 2);
-    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, V(dy16), t, F(db), F(dyh), NULL, TFB_F32, NULL, n, h));
+    BOTH(ACT_BIAS_BWD(V(dy16), t, F(db), F(dyh), TFB_F32, NULL, TFB_F32, NULL, n, h));
     BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(dy16), t, nh));
     verdict(TYPED_ROW("act_bias_bwd no pre (cast)"), p, TOL_16, bwd, 2);
 #undef TYPED_ROW
@@ -591,12 +602,20 @@ static void check_typed_inputs(tfb_dtype t) {
     BOTH(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, V(o16), t, V(x16), t, F(bias), n, h));
     BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, nh));
     verdict(TYPED_ROW("bias_act_fwd gelu"), p, TOL_16, &ow, 1);
-    BOTH(be->act_bias_bwd(be->ctx, TFB_ACT_GELU, V(o16), t, F(db), F(dy), V(x16), t, F(bias), n, h));
+    BOTH(ACT_BIAS_BWD(V(o16), t, F(db), F(dy), TFB_F32, V(x16), t, F(bias), n, h));
     BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(o16), t, nh));
     pair bwd[2] = {ow, db};
     verdict(TYPED_ROW("act_bias_bwd gelu"), p, TOL_16, bwd, 2);
+    /* the BERT layer's form: dout a 16-bit GEMM result, GELU's gradient written over it */
+    pair g16 = rand_typed(nh, t);
+    BOTH(ACT_BIAS_BWD(V(g16), t, F(db), V(g16), t, V(x16), t, F(bias), n, h));
+    BOTH(be->cast(be->ctx, F(ow), TFB_F32, V(g16), t, nh));
+    verdict(TYPED_ROW("act_bias_bwd gelu dout16 in place"), p, TOL_16, bwd, 2);
+    BOTH(ACT_BIAS_BWD(NULL, t, F(db), V(x16), t, NULL, t, NULL, n, h));
+    verdict(TYPED_ROW("act_bias_bwd bias grad only"), p, TOL_16, &db, 1);
 #undef TYPED_ROW
     release(&x16); release(&bias); release(&y); release(&o16); release(&ow); release(&dy); release(&db);
+    release(&g16);
 }
 
 static void check_copy_2d(void) {

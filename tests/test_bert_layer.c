@@ -1,13 +1,15 @@
 /* test_bert_layer.c — one BERT encoder layer of tfbench (bench/bert_layer.c on the CPU backend) against the
  * reference PyTorch computed once (scripts/make-layer-fixture.py, tests/fixtures/bert_layer): the output, the input
  * gradient and every weight gradient, each within 1e-4 of the reference relative to its largest element (FP32).
- * Then the same layer in FP16 and BF16 (16-bit GEMM inputs) within the tolerance their rounding allows.
+ * Then the same layer in FP16 and BF16 (16-bit GEMM inputs) within the tolerance their rounding allows, and, on a
+ * whole bert-mini, that each layer's LN2 hands the next layer its 16-bit input (no cast between layers).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
 #include "rel_error.h"
+#include "../bench/bert.h"
 #include "../bench/bert_layer.h"
 #include "../bench/npy.h"
 
@@ -50,9 +52,10 @@ static tfb_status count_attn_fwd(void *ctx, const tfb_attn_softmax_desc *d) {
     calls++;
     return inner->attn_softmax_fwd(ctx, d);
 }
-static tfb_status count_attn_bwd(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype t, float *datt) {
+static tfb_status count_attn_bwd(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype t, void *datt,
+                                 tfb_dtype dt) {
     calls++;
-    return inner->attn_softmax_bwd(ctx, d, din, t, datt);
+    return inner->attn_softmax_bwd(ctx, d, din, t, datt, dt);
 }
 static tfb_status count_permute(void *ctx, void *o, tfb_dtype t, size_t ol, const void *i, tfb_dtype it, size_t il,
                                 const float *bias, int a, int b, int c, int d) {
@@ -138,6 +141,42 @@ static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
     }
 }
 
+static int casts;
+static tfb_status count_cast(void *ctx, void *d, tfb_dtype dt, const void *s, tfb_dtype st, size_t n) {
+    casts++;
+    return inner->cast(ctx, d, dt, s, st, n);
+}
+
+/* One FP16 forward of bert-mini (4 layers) with and without checkpointing: casts counted, the loss returned. */
+static int model_forward_casts(tfb_backend *be, int checkpointing, double *loss) {
+    const bert_config *cfg = bert_config_find("bert-mini");
+    tfb_backend counting = *be;
+    counting.cast = count_cast;
+    inner = be;
+    tfb_workload_config wc = {.local_batch = 2, .global_batch = 2, .seq_len = 16, .masked = 3, .gemm_type = TFB_F16,
+                              .dropout = 0.1f, .seed = 5, .dp_size = 1, .pp_size = 1, .slots = 1,
+                              .checkpointing = checkpointing};
+    tfb_workload *wl = NULL;
+    if (bert_create(cfg, &wc, &counting, &wl) != TFB_OK) return -1;
+    int ok = wl->load_batch(wl->self, 0, 0, 0) == TFB_OK;
+    casts = 0;
+    ok &= wl->forward(wl->self, 0, 0, 0, loss) == TFB_OK;
+    int n = casts;
+    wl->destroy(wl->self);
+    return ok ? n : -1;
+}
+
+/* Without checkpointing a layer's LN2 writes the next layer's 16-bit input: the stage casts L - 1 fewer times than
+ * with it (each layer casting its own input), and the loss is bit for bit the same. */
+static void test_layer_input_chain(tfb_backend *be) {
+    double l0 = 0, l1 = 1;
+    int chained = model_forward_casts(be, 0, &l0), each = model_forward_casts(be, 1, &l1);
+    int L = bert_config_find("bert-mini")->layers;
+    EXPECT("bert_fp16_layers_take_their_input_from_ln2_not_a_cast", chained >= 0 && each - chained == L - 1 &&
+                                                                          l0 == l1,
+           "%d casts chained, %d each layer (%d layers), loss %.9g vs %.9g", chained, each, L, l0, l1);
+}
+
 int main(void) {
     tfb_backend *be;
     char why[128];
@@ -145,6 +184,7 @@ int main(void) {
     run(be, TFB_F32, 1e-4, "fp32");
     run(be, TFB_F16, 5e-3, "fp16"); /* 11-bit significands: ~5e-4 per operand, a few GEMMs deep */
     run(be, TFB_BF16, 4e-2, "bf16"); /* 8-bit significands: ~4e-3 per operand */
+    test_layer_input_chain(be);
     be->destroy(be);
     return test_failures ? 1 : 0;
 }

@@ -160,11 +160,11 @@ static void test_attn_softmax(void) {
     EXPECT("attn_softmax_fwd_equals_softmax_then_dropout", asm_matches_separate(&c) && dropped > 0,
            "fused and separate ops differ, or nothing dropped (%d)", dropped);
     memcpy(datt, c.r, n * 4);
-    be->attn_softmax_bwd(be->ctx, &c.d, dx, TFB_F32, datt);
+    be->attn_softmax_bwd(be->ctx, &c.d, dx, TFB_F32, datt, TFB_F32);
     double e = fd_error(c.x, n, dx, asm_loss, &c);
     EXPECT("attn_softmax_bwd_vs_fd", e < FD_TOL, "rel err %g", e);
     memcpy(datt, c.r, n * 4); /* din aliasing datt_d, as FP32 runs call it */
-    be->attn_softmax_bwd(be->ctx, &c.d, datt, TFB_F32, datt);
+    be->attn_softmax_bwd(be->ctx, &c.d, datt, TFB_F32, datt, TFB_F32);
     EXPECT("attn_softmax_bwd_in_place", tfb_rel_error(dx, datt, n) == 0, "aliasing changes din");
     free(att), free(att_d), free(dx), free(datt), free(c.x), free(c.r);
 }
@@ -193,7 +193,15 @@ static void attn_softmax_p16_test(tfb_dtype t, const char *name) {
     int ok = be->attn_softmax_fwd(be->ctx, &d) == TFB_OK;
     ok &= memcmp(p16, r16, E * 2) == 0 && tfb_rel_error(rd, att_d, E) == 0;
     memcpy(datt, g, E * 4);
-    ok &= be->attn_softmax_bwd(be->ctx, &d, dx, TFB_F32, datt) == TFB_OK && tfb_rel_error(rdx, dx, E) == 0;
+    ok &= be->attn_softmax_bwd(be->ctx, &d, dx, TFB_F32, datt, TFB_F32) == TFB_OK && tfb_rel_error(rdx, dx, E) == 0;
+    /* the layer's form: datt_d 16-bit as its GEMM wrote it, din written over it; the reference from its widening */
+    uint16_t *g16 = malloc(E * 2), *want = malloc(E * 2);
+    be->cast(be->ctx, g16, t, g, TFB_F32, E);
+    be->cast(be->ctx, rdx, TFB_F32, g16, t, E);
+    be->dropout_bwd(be->ctx, rdx, rdx, E, 0.25f, key);
+    be->softmax_bwd(be->ctx, want, t, rdx, ra, R, C, 0.7f);
+    ok &= be->attn_softmax_bwd(be->ctx, &d, g16, t, g16, t) == TFB_OK && memcmp(g16, want, E * 2) == 0;
+    free(g16); free(want);
     EXPECT(name, ok, "%s", "differs from softmax, rounding, dropout and their backward op by op");
     free(x); free(g); free(w); free(ra); free(rd); free(att_d); free(dx); free(rdx); free(datt); free(p16); free(r16);
 }
@@ -316,15 +324,26 @@ static void test_fused_bias_act(void) {
         be->act_bwd(be->ctx, (tfb_act)a, d1, dout, pre1, nh);
         be->bias_grad(be->ctx, db1, d1, n, h);
         memcpy(d2, dout, nh * 4);
-        be->act_bias_bwd(be->ctx, (tfb_act)a, d2, TFB_F32, db2, d2, pre2, TFB_F32, bias, n, h); /* in place */
-        same_bwd &= memcmp(d1, d2, nh * 4) == 0 && memcmp(db1, db2, h * 4) == 0;
+        tfb_act_bias_bwd_desc d = {.act = (tfb_act)a, .din = d2, .dbias = db2, .dout = d2, .pre = pre2,
+                                   .bias = bias, .n = n, .h = h}; /* in place */
+        be->act_bias_bwd(be->ctx, &d);
+        same_bwd &= tfb_rel_error(d1, d2, nh) == 0 && tfb_rel_error(db1, db2, h) == 0;
     }
     memcpy(db1, db0, h * 4); memcpy(db2, db0, h * 4);
     be->bias_grad(be->ctx, db1, dout, n, h);
-    be->act_bias_bwd(be->ctx, TFB_ACT_GELU, d2, TFB_F32, db2, dout, NULL, TFB_F32, bias, n, h); /* the identity */
-    int same_id = memcmp(d2, dout, nh * 4) == 0 && memcmp(db1, db2, h * 4) == 0;
+    tfb_act_bias_bwd_desc id = {.din = d2, .dbias = db2, .dout = dout, .bias = bias, .n = n, .h = h}; /* identity */
+    be->act_bias_bwd(be->ctx, &id);
+    int same_id = tfb_rel_error(d2, dout, nh) == 0 && tfb_rel_error(db1, db2, h) == 0;
+    memcpy(db2, db0, h * 4);
+    memcpy(d1, d2, nh * 4);
+    id.din = NULL, id.dout = x; /* the bias gradient alone: d2 untouched */
+    be->act_bias_bwd(be->ctx, &id);
+    memcpy(db1, db0, h * 4);
+    be->bias_grad(be->ctx, db1, x, n, h);
+    int grad_only = tfb_rel_error(db1, db2, h) == 0 && tfb_rel_error(d1, d2, nh) == 0;
     EXPECT("bias_act_fwd_equals_bias_add_then_act", same_fwd, "fused forward differs");
     EXPECT("act_bias_bwd_without_pre_is_a_copy_and_bias_grad", same_id, "differs from dout and bias_grad");
+    EXPECT("act_bias_bwd_without_din_is_bias_grad_alone", grad_only, "differs from bias_grad, or wrote din");
     EXPECT("act_bias_bwd_equals_act_bwd_then_bias_grad", same_bwd, "fused backward differs");
     free(x); free(bias); free(dout); free(db0); free(pre1); free(pre2); free(y1); free(y2);
     free(d1); free(d2); free(db1); free(db2);
@@ -541,8 +560,9 @@ static void typed_out_test(tfb_dtype t, const char *name) {
             if (op == 3) be->dropout_fwd(be->ctx, out, ts[i], x, E, 0.0f, k);
             if (op == 4) be->permute_0213(be->ctx, out, ts[i], 2 * 5, x, TFB_F32, C, NULL, R / 2, 2, 4, 5);
             if (op == 5) be->permute_0213(be->ctx, out, ts[i], 2 * 5, x, TFB_F32, C, bias, R / 2, 2, 4, 5);
-            if (op == 6) be->act_bias_bwd(be->ctx, TFB_ACT_GELU, out, ts[i], db[i], dy, pre, TFB_F32, bias, R, C);
-            if (op == 7) be->act_bias_bwd(be->ctx, TFB_ACT_GELU, out, ts[i], db[i], dy, NULL, TFB_F32, NULL, R, C);
+            tfb_act_bias_bwd_desc ab = {.act = TFB_ACT_GELU, .din = out, .din_type = ts[i], .dbias = db[i],
+                                        .dout = dy, .pre = op == 6 ? pre : NULL, .bias = bias, .n = R, .h = C};
+            if (op == 6 || op == 7) be->act_bias_bwd(be->ctx, &ab);
         }
         be->cast(be->ctx, r, t, y, TFB_F32, E);
         same &= !memcmp(h, r, E * 2);
@@ -563,14 +583,17 @@ static void typed_in_test(tfb_dtype t, const char *name) {
     be->cast(be->ctx, x16, t, x, TFB_F32, E);
     be->cast(be->ctx, w, TFB_F32, x16, t, E); /* w: x16 widened */
     int same = 1;
-    for (int op = 0; op < 3; op++) {
+    for (int op = 0; op < 4; op++) {
         for (int i = 0; i < 2; i++) {
             const void *in = i ? (const void *)x16 : (const void *)w;
             tfb_dtype it = i ? t : TFB_F32;
             float *out = i ? y2 : y;
             memset(out, 0, E * 4);
+            tfb_act_bias_bwd_desc ab = {.act = TFB_ACT_GELU, .din = out, .dbias = db[i], .dout = dy, .pre = in,
+                                        .pre_type = it, .bias = bias, .n = R, .h = C};
+            if (op == 3) ab.dout = in, ab.dout_type = it, ab.pre = dy, ab.pre_type = TFB_F32; /* a 16-bit dout */
             if (op == 0) be->bias_act_fwd(be->ctx, TFB_ACT_GELU, out, TFB_F32, in, it, bias, R, C);
-            if (op == 1) be->act_bias_bwd(be->ctx, TFB_ACT_GELU, out, TFB_F32, db[i], dy, in, it, bias, R, C);
+            if (op == 1 || op == 3) be->act_bias_bwd(be->ctx, &ab);
             if (op == 2) be->permute_0213(be->ctx, out, TFB_F32, 2 * 5, in, it, C, bias, R / 2, 2, 4, 5);
         }
         same &= tfb_rel_error(y, y2, E) == 0;
@@ -658,8 +681,8 @@ int main(void) {
     test_permute();
     typed_out_test(TFB_F16, "fp16_outputs_of_softmax_bwd_gelu_fwd_bwd_dropout_permute_are_fp32_rounded");
     typed_out_test(TFB_BF16, "bf16_outputs_of_softmax_bwd_gelu_fwd_bwd_dropout_permute_are_fp32_rounded");
-    typed_in_test(TFB_F16, "fp16_inputs_of_gelu_fwd_bwd_and_permute_read_as_their_fp32_widening");
-    typed_in_test(TFB_BF16, "bf16_inputs_of_gelu_fwd_bwd_and_permute_read_as_their_fp32_widening");
+    typed_in_test(TFB_F16, "fp16_inputs_of_gelu_fwd_bwd_dout_and_permute_read_as_their_fp32_widening");
+    typed_in_test(TFB_BF16, "bf16_inputs_of_gelu_fwd_bwd_dout_and_permute_read_as_their_fp32_widening");
     gemm_c16_test(TFB_F16, "gemm_fp16_c_is_the_fp32_c_rounded");
     gemm_c16_test(TFB_BF16, "gemm_bf16_c_is_the_fp32_c_rounded");
     test_normal_fill();

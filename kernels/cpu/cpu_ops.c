@@ -185,10 +185,9 @@ static tfb_status cpu_bias_act_fwd(void *ctx, tfb_act act, void *out, tfb_dtype 
 }
 
 /* Column blocks as in bias_grad: each thread writes its columns of din and sums them in row order. */
-static tfb_status cpu_act_bias_bwd(void *ctx, tfb_act act, void *din, tfb_dtype din_type, float *dbias,
-                                   const float *dout, const void *pre, tfb_dtype pre_type, const float *bias, int n,
-                                   int h) {
+static tfb_status cpu_act_bias_bwd(void *ctx, const tfb_act_bias_bwd_desc *d) {
     (void)ctx;
+    int n = d->n, h = d->h;
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < h; c0 += COL_BLOCK) {
         int c1 = c0 + COL_BLOCK < h ? c0 + COL_BLOCK : h;
@@ -196,12 +195,14 @@ static tfb_status cpu_act_bias_bwd(void *ctx, tfb_act act, void *din, tfb_dtype 
         for (int i = 0; i < n; i++)
             for (int j = c0; j < c1; j++) {
                 size_t e = (size_t)i * h + j;
-                float d = dout[e];
-                if (pre) d *= tfb_act_slope((int)act, tfb_cpu_load(pre, pre_type, e) + (bias ? bias[j] : 0.0f));
-                tfb_cpu_store(din, din_type, e, d);
-                acc[j - c0] += d;
+                float g = tfb_cpu_load(d->dout, d->dout_type, e);
+                if (d->pre)
+                    g *= tfb_act_slope((int)d->act,
+                                       tfb_cpu_load(d->pre, d->pre_type, e) + (d->bias ? d->bias[j] : 0.0f));
+                if (d->din) tfb_cpu_store(d->din, d->din_type, e, g);
+                acc[j - c0] += g;
             }
-        for (int j = c0; j < c1; j++) dbias[j] += acc[j - c0];
+        for (int j = c0; j < c1; j++) d->dbias[j] += acc[j - c0];
     }
     return TFB_OK;
 }
@@ -285,14 +286,17 @@ static tfb_status cpu_attn_softmax_fwd(void *ctx, const tfb_attn_softmax_desc *d
     return cpu_dropout_fwd(ctx, d->att_d, d->att_type, s, n, d->p, d->key);
 }
 
+/* A 16-bit datt_d is widened into scratch (an FP32 one is scaled in place), so din may alias it. */
 static tfb_status cpu_attn_softmax_bwd(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype din_type,
-                                       float *datt_d) {
+                                       void *datt_d, tfb_dtype datt_type) {
     if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
     size_t n = (size_t)d->rows * d->cols;
     const float *att;
+    float *g;
     TFB_CHECK_ALLOC(att = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_ATTN, d->att, d->prob_type, 0, n));
-    TFB_CHECK(cpu_dropout_bwd(ctx, datt_d, datt_d, n, d->p, d->key));
-    return cpu_softmax_bwd(ctx, din, din_type, datt_d, att, d->rows, d->cols, d->scale);
+    TFB_CHECK_ALLOC(g = (float *)tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_ATTN_D, datt_d, datt_type, 0, n));
+    TFB_CHECK(cpu_dropout_bwd(ctx, g, g, n, d->p, d->key));
+    return cpu_softmax_bwd(ctx, din, din_type, g, att, d->rows, d->cols, d->scale);
 }
 
 static tfb_status cpu_xent_fwd(void *ctx, float *loss_sum, const float *logits, const int *labels, int n, int v) {

@@ -139,13 +139,14 @@ __device__ __forceinline__ float rln_in(const tfb_residual_ln_desc &d, size_t ro
     return d.bias ? d.x[row + j] + d.bias[j] : d.x[row + j];
 }
 
-/* h = residual + Dropout(x + bias) over the row; returns this thread's partial sum of h. With dropout each thread
- * takes whole groups of four counters, so one Philox block serves four elements as in k_dropout. */
-__device__ float rln_row_h(const tfb_residual_ln_desc &d, size_t row) {
-    float s = 0.0f;
+/* fn(j, f) for this thread's elements j of the row, f being element j's dropout factor (0: dropped; 1 without
+ * dropout). With dropout each thread takes whole groups of four counters, so one Philox block serves four
+ * elements as in k_dropout. */
+template <typename Fn>
+__device__ __forceinline__ void rln_row_each(const tfb_residual_ln_desc &d, size_t row, Fn fn) {
     if (d.p <= 0.0f) {
-        TFB_ROW_LOOP(j, d.cols) { float h = d.residual[row + j] + rln_in(d, row, j); d.h[row + j] = h; s += h; }
-        return s;
+        TFB_ROW_LOOP(j, d.cols) fn(j, 1.0f);
+        return;
     }
     tfb_dropout_key k = d.key;
     k.offset += row;
@@ -156,12 +157,19 @@ __device__ float rln_row_h(const tfb_residual_ln_desc &d, size_t row) {
         tfb_dropout_factors(k, d.p, g, f);
         for (int q = 0; q < 4; q++) {
             long long j = tfb_dropout_elem(k, (size_t)d.cols, g, q);
-            if (j < 0) continue;
-            float h = d.residual[row + j] + (f[q] > 0.0f ? rln_in(d, row, (int)j) * f[q] : 0.0f);
-            d.h[row + j] = h;
-            s += h;
+            if (j >= 0) fn((int)j, f[q]);
         }
     }
+}
+
+/* h = residual + Dropout(x + bias) over the row; returns this thread's partial sum of h. */
+__device__ float rln_row_h(const tfb_residual_ln_desc &d, size_t row) {
+    float s = 0.0f;
+    rln_row_each(d, row, [&](int j, float f) {
+        float h = d.residual[row + j] + (f > 0.0f ? rln_in(d, row, j) * f : 0.0f);
+        d.h[row + j] = h;
+        s += h;
+    });
     return s;
 }
 
@@ -205,25 +213,11 @@ __global__ void k_residual_ln_bwd(tfb_residual_ln_desc d, float *dh, float *dx, 
     }
     sg = tfb_block_sum(sg) / d.cols;
     sgx = tfb_block_sum(sgx) / d.cols;
-    if (d.p <= 0.0f) {
-        TFB_ROW_LOOP(j, d.cols) { float v = rln_dh(d, dy, row, j, mu, r, sg, sgx); dh[row + j] = v; dx[row + j] = v; }
-        return;
-    }
-    tfb_dropout_key k = d.key;
-    k.offset += row;
-    uint64_t g0, g1;
-    tfb_dropout_groups(k, (size_t)d.cols, &g0, &g1);
-    for (uint64_t g = g0 + threadIdx.x; g < g1; g += blockDim.x) {
-        float f[4];
-        tfb_dropout_factors(k, d.p, g, f);
-        for (int q = 0; q < 4; q++) {
-            long long j = tfb_dropout_elem(k, (size_t)d.cols, g, q);
-            if (j < 0) continue;
-            float v = rln_dh(d, dy, row, (int)j, mu, r, sg, sgx);
-            dh[row + j] = v;
-            dx[row + j] = f[q] > 0.0f ? v * f[q] : 0.0f;
-        }
-    }
+    rln_row_each(d, row, [&](int j, float f) {
+        float v = rln_dh(d, dy, row, j, mu, r, sg, sgx);
+        dh[row + j] = v;
+        dx[row + j] = f > 0.0f ? v * f : 0.0f;
+    });
 }
 
 static tfb_status cuda_residual_ln_bwd(void *ctx, const tfb_residual_ln_desc *d, float *dh, float *dx, float *dgamma,
@@ -270,30 +264,21 @@ static tfb_status cuda_softmax_fwd(void *ctx, float *out, const float *in, int r
     return softmax_fwd_typed(ctx, out, in, TFB_F32, rows, cols, scale, key_len, rows_per_key);
 }
 
-/* out of type out_type (FP32, or 16-bit for attention's wide rows) */
-__global__ void k_softmax_bwd(void *din, int din_type, const float *dout, const void *out, int out_type, int cols,
-                              float scale) {
+__global__ void k_softmax_bwd(void *din, int din_type, const float *dout, const float *out, int cols, float scale) {
     size_t row = (size_t)blockIdx.x * cols;
     float dot = 0.0f;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) dot += dout[row + j] * tfb_load_elem(out, out_type, row + j);
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) dot += dout[row + j] * out[row + j];
     dot = tfb_block_sum(dot);
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-        float y = tfb_load_elem(out, out_type, row + j);
-        tfb_store_elem(din, din_type, row + j, scale * y * (dout[row + j] - dot));
-    }
-}
-
-static tfb_status softmax_bwd_typed(void *ctx, void *din, tfb_dtype din_type, const float *dout, const void *out,
-                                    tfb_dtype out_type, int rows, int cols, float scale) {
-    if (rows < 1) return TFB_OK;
-    k_softmax_bwd<<<rows, ROW_THREADS, 0, S(ctx)>>>(din, (int)din_type, dout, out, (int)out_type, cols, scale);
-    TFB_CHECK_LAUNCH();
-    return TFB_OK;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x)
+        tfb_store_elem(din, din_type, row + j, scale * out[row + j] * (dout[row + j] - dot));
 }
 
 static tfb_status cuda_softmax_bwd(void *ctx, void *din, tfb_dtype din_type, const float *dout, const float *out,
                                    int rows, int cols, float scale) {
-    return softmax_bwd_typed(ctx, din, din_type, dout, out, TFB_F32, rows, cols, scale);
+    if (rows < 1) return TFB_OK;
+    k_softmax_bwd<<<rows, ROW_THREADS, 0, S(ctx)>>>(din, (int)din_type, dout, out, cols, scale);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
 }
 
 /* ---- activations, bias, residual ---- */
@@ -368,33 +353,31 @@ static tfb_status cuda_bias_act_fwd(void *ctx, tfb_act act, void *out, tfb_dtype
     return TFB_OK;
 }
 
-/* din = dout * act'(pre + bias) written (in din_type) while its FP32 column sums are reduced as in k_bias_grad */
-__global__ void k_act_bias_bwd(int act, void *din, int din_type, float *dbias, const float *dout, const void *pre,
-                               int pre_type, const float *bias, int n, int h) {
+/* din = dout * act'(pre + bias) written (in din_type, unless din is NULL) while its FP32 column sums are reduced
+ * as in k_bias_grad; each element is read before it is written, by the same thread, so din may alias dout */
+__global__ void k_act_bias_bwd(tfb_act_bias_bwd_desc d) {
     __shared__ float part[COL_TY][COL_TX + 1];
-    int j = blockIdx.x * COL_TX + threadIdx.x;
-    float acc = 0.0f, b = j < h && bias ? bias[j] : 0.0f;
+    int j = blockIdx.x * COL_TX + threadIdx.x, h = d.h;
+    float acc = 0.0f, b = j < h && d.bias ? d.bias[j] : 0.0f;
     if (j < h)
-        for (int i = blockIdx.y * COL_TY + threadIdx.y; i < n; i += gridDim.y * COL_TY) {
+        for (int i = blockIdx.y * COL_TY + threadIdx.y; i < d.n; i += gridDim.y * COL_TY) {
             size_t e = (size_t)i * h + j;
-            float d = pre ? dout[e] * tfb_act_slope(act, tfb_load_elem(pre, pre_type, e) + b) : dout[e];
-            tfb_store_elem(din, din_type, e, d);
-            acc += d;
+            float g = tfb_load_elem(d.dout, (int)d.dout_type, e);
+            if (d.pre) g *= tfb_act_slope((int)d.act, tfb_load_elem(d.pre, (int)d.pre_type, e) + b);
+            if (d.din) tfb_store_elem(d.din, (int)d.din_type, e, g);
+            acc += g;
         }
     part[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y != 0 || j >= h) return;
     for (int t = 1; t < COL_TY; t++) acc += part[t][threadIdx.x];
-    atomicAdd(&dbias[j], acc);
+    atomicAdd(&d.dbias[j], acc);
 }
 
-static tfb_status cuda_act_bias_bwd(void *ctx, tfb_act act, void *din, tfb_dtype din_type, float *dbias,
-                                    const float *dout, const void *pre, tfb_dtype pre_type, const float *bias, int n,
-                                    int h) {
-    if (n < 1) return TFB_OK;
-    dim3 grid((h + COL_TX - 1) / COL_TX, col_row_blocks(n)), block(COL_TX, COL_TY);
-    k_act_bias_bwd<<<grid, block, 0, S(ctx)>>>((int)act, din, (int)din_type, dbias, dout, pre, (int)pre_type, bias,
-                                               n, h);
+static tfb_status cuda_act_bias_bwd(void *ctx, const tfb_act_bias_bwd_desc *d) {
+    if (d->n < 1) return TFB_OK;
+    dim3 grid((d->h + COL_TX - 1) / COL_TX, col_row_blocks(d->n)), block(COL_TX, COL_TY);
+    k_act_bias_bwd<<<grid, block, 0, S(ctx)>>>(*d);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -515,10 +498,10 @@ __global__ void k_attn_softmax_fwd(tfb_attn_softmax_desc d) {
     }
 }
 
-/* din = scale * att * (g - sum_j g_j att_j), g = Dropout's backward of datt_d; each lane reads its elements
- * before it writes them, so an FP32 din may alias datt_d. */
+/* din = scale * att * (g - sum_j g_j att_j), g = Dropout's backward of datt_d (dd, of type dt); each lane reads its
+ * elements before it writes them, so din may alias dd when of its type. */
 template <int C>
-__global__ void k_attn_softmax_bwd(tfb_attn_softmax_desc d, void *din, int din_type, const float *dd) {
+__global__ void k_attn_softmax_bwd(tfb_attn_softmax_desc d, void *din, int din_type, const void *dd, int dt) {
     int r = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (r >= d.rows) return;
     size_t row = (size_t)r * d.cols;
@@ -532,7 +515,7 @@ __global__ void k_attn_softmax_bwd(tfb_attn_softmax_desc d, void *din, int din_t
         for (int q = 0; q < 4; q++) {
             int j = j0 + q;
             a[c][q] = j < d.cols ? tfb_load_elem(d.att, (int)d.prob_type, row + j) : 0.0f;
-            g[c][q] = j < d.cols && f[q] > 0.0f ? dd[row + j] * f[q] : 0.0f;
+            g[c][q] = j < d.cols && f[q] > 0.0f ? tfb_load_elem(dd, dt, row + j) * f[q] : 0.0f;
             dot += g[c][q] * a[c][q];
         }
     }
@@ -546,7 +529,32 @@ __global__ void k_attn_softmax_bwd(tfb_attn_softmax_desc d, void *din, int din_t
         }
 }
 
-/* Columns per lane group: rows up to 1024 columns run one warp per row, wider ones the two ops in turn. */
+/* The same for rows of any width, one block per row: the row is read twice (its dot product, then din), each
+ * thread taking runs of four columns so the dropout factors come as in the warp kernel; every read of the first
+ * pass precedes the block's sum, and the second pass reads each element before writing it, so din may alias dd. */
+__global__ void k_attn_softmax_bwd_wide(tfb_attn_softmax_desc d, void *din, int din_type, const void *dd, int dt) {
+    size_t row = (size_t)blockIdx.x * d.cols;
+    float dot = 0.0f;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int j0 = 4 * threadIdx.x; j0 < d.cols; j0 += 4 * blockDim.x) {
+            float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+            if (d.p > 0.0f) attn_factors(d.key, d.p, d.key.offset + row + j0, f);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                if (j0 + q >= d.cols) break;
+                size_t e = row + j0 + q;
+                float a = tfb_load_elem(d.att, (int)d.prob_type, e);
+                float g = f[q] > 0.0f ? tfb_load_elem(dd, dt, e) * f[q] : 0.0f;
+                if (pass == 0) dot += g * a;
+                else tfb_store_elem(din, din_type, e, d.scale * a * (g - dot));
+            }
+        }
+        if (pass == 0) dot = tfb_block_sum(dot);
+    }
+}
+
+/* Columns per lane group: rows up to 1024 columns run one warp per row, wider ones the two ops in turn forward and
+ * k_attn_softmax_bwd_wide backward. */
 static int attn_chunks(int cols) {
     int c = (cols + 127) / 128;
     return c == 1 || c == 2 ? c : c <= 4 ? 4 : c <= 8 ? 8 : 0;
@@ -575,17 +583,16 @@ static tfb_status cuda_attn_softmax_fwd(void *ctx, const tfb_attn_softmax_desc *
 }
 
 static tfb_status cuda_attn_softmax_bwd(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype din_type,
-                                        float *datt_d) {
+                                        void *datt_d, tfb_dtype datt_type) {
     if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
     if (d->rows == 0) return TFB_OK;
+    int dt = (int)datt_type;
     switch (attn_chunks(d->cols)) {
-    case 1: ATTN_LAUNCH(1, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d); break;
-    case 2: ATTN_LAUNCH(2, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d); break;
-    case 4: ATTN_LAUNCH(4, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d); break;
-    case 8: ATTN_LAUNCH(8, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d); break;
-    default:
-        TFB_CHECK(cuda_dropout_bwd(ctx, datt_d, datt_d, (size_t)d->rows * d->cols, d->p, d->key));
-        return softmax_bwd_typed(ctx, din, din_type, datt_d, d->att, d->prob_type, d->rows, d->cols, d->scale);
+    case 1: ATTN_LAUNCH(1, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d, dt); break;
+    case 2: ATTN_LAUNCH(2, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d, dt); break;
+    case 4: ATTN_LAUNCH(4, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d, dt); break;
+    case 8: ATTN_LAUNCH(8, k_attn_softmax_bwd, *d, din, (int)din_type, datt_d, dt); break;
+    default: k_attn_softmax_bwd_wide<<<d->rows, ROW_THREADS, 0, S(ctx)>>>(*d, din, (int)din_type, datt_d, dt);
     }
     TFB_CHECK_LAUNCH();
     return TFB_OK;
