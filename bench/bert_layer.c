@@ -8,18 +8,20 @@
  * arithmetic is FP32 and only the stored values are rounded).
  *
  * Every activation a GEMM reads is made once, in the GEMM type, by the op that produces it where the op can write
- * that type (the head-major permutes, the attention softmax, GELU, the LayerNorm giving x1), else by one cast kept
- * for the backward (the layer input): the backward's weight-gradient GEMMs read the forward's operands, with no
- * second cast and no second permute. The same holds for gradients where their op can write the GEMM type (the GELU
- * backward, the attention softmax's backward, dctx's permute); the others are cast before their GEMMs, the cast
- * summing the bias gradient in the same pass. The QKV bias is added by the permute to heads, not by a pass of its
- * own. The GEMM results read only by such an op (the QKV projection, the attention scores, the head-major context,
- * the FFN up-projection) are written in the GEMM type by the GEMM itself, so nothing reads or writes them in FP32.
+ * that type (the head-major permutes, the attention softmax, GELU, the LayerNorm giving x1 and, for the next layer,
+ * the LayerNorm giving y), else by one cast kept for the backward (a stage's first input): the backward's
+ * weight-gradient GEMMs read the forward's operands, with no second cast and no second permute. The same holds for
+ * gradients (the GELU backward, the attention softmax's backward, the permutes, the sublayer tails' backward); a
+ * bias gradient is then one column-sum pass over the 16-bit gradient. The QKV bias is added by the permute to heads,
+ * not by a pass of its own. The GEMM results and gradients read only by such an op (the QKV projection, the
+ * attention scores, the head-major context, the FFN up-projection, and in the backward FF2's and the output
+ * projection's input gradients, the probabilities' gradient, dQ, dK and dV) are written in the GEMM type by the
+ * GEMM itself, so nothing reads or writes them in FP32.
  *
  * Each sublayer ends in one fused op (residual_ln_fwd): its output projection's bias, dropout, the residual sum and
- * LayerNorm in one pass, instead of four. Its backward (residual_ln_bwd) gives both the residual's gradient and the
- * projection's; the residual's is then accumulated by the GEMM that adds the branch's input gradient to it (beta 1),
- * with no separate sum outside tensor parallelism. No allocation happens here.
+ * LayerNorm in one pass, instead of four. Its backward (residual_ln_bwd) gives both the residual's gradient (FP32)
+ * and the projection's (its GEMM operand); the residual's is then accumulated by the GEMM that adds the branch's
+ * input gradient to it (beta 1), with no separate sum outside tensor parallelism. No allocation happens here.
  */
 #include <math.h>
 #include "bert_layer.h"
@@ -140,11 +142,12 @@ static tfb_status linear_bwd_op(const bert_ctx *c, float *din, float *dw, float 
     return linear_bwd_beta(c, din, TFB_F32, 0.0f, dw, db, dout, NULL, x, w, n, in_f, out_f);
 }
 
-/* As linear_bwd_op, din written in the GEMM type: a gradient that only an element-wise op reads (the permute to
- * heads, GELU's backward), rounded once as the GEMM writes it, as autocast's GEMM gradients are. */
-static tfb_status linear_bwd_lp(const bert_ctx *c, void *din, float *dw, float *db, const float *dout, const void *x,
-                                const float *w, int n, int in_f, int out_f) {
-    return linear_bwd_beta(c, din, c->gemm_type, 0.0f, dw, db, dout, NULL, x, w, n, in_f, out_f);
+/* din = dy W in the GEMM type (a gradient that only an element-wise op reads: the permute to heads, GELU's
+ * backward; rounded once as the GEMM writes it, as autocast's GEMM gradients are) and dW += dy^T x, dy being the
+ * output gradient's GEMM operand; the bias gradient is the caller's. */
+static tfb_status linear_bwd_lp(const bert_ctx *c, void *din, float *dw, const void *dy, const void *x, const float *w,
+                                int n, int in_f, int out_f) {
+    return linear_bwd_beta(c, din, c->gemm_type, 0.0f, dw, NULL, NULL, dy, x, w, n, in_f, out_f);
 }
 
 tfb_status bert_linear_bwd(const bert_ctx *c, float *din, float *dw, float *db, const float *dout, const float *in,
@@ -367,18 +370,21 @@ tfb_status bert_layer_bwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
     int f32 = c->gemm_type == TFB_F32;
     /* gradients only element-wise ops read, in the GEMM type: in 16-bit runs in slots (free when each is made) */
     void *dff = f32 ? (void *)s->dff : c->lp[1], *dctx = f32 ? (void *)s->t1 : c->lp[2];
-    void *dqkv = f32 ? (void *)s->dqkv : c->lp[0];
-    TFB_CHECK(be->residual_ln_bwd(be->ctx, &d2, s->t1, s->t2, dw->ln2_g, dw->ln2_b, grad));
-    TFB_CHECK(linear_bwd_lp(c, dff, dw->ff2_w, dw->ff2_b, s->t2, a->g, w->ff2_w, N, F, H));
+    void *dqkv = f32 ? (void *)s->dqkv : c->lp[0], *dproj = f32 ? (void *)s->t2 : c->lp[0]; /* dproj: an output
+                                                        * projection's gradient, written as its GEMM operand */
+    TFB_CHECK(be->residual_ln_bwd(be->ctx, &d2, s->t1, dproj, c->gemm_type, dw->ln2_g, dw->ln2_b, grad));
+    TFB_CHECK(bias_grad_of(c, dw->ff2_b, dproj, N, H));
+    TFB_CHECK(linear_bwd_lp(c, dff, dw->ff2_w, dproj, a->g, w->ff2_w, N, F, H));
     tfb_act_bias_bwd_desc gelu = {.act = TFB_ACT_GELU, .din = dff, .din_type = c->gemm_type, .dbias = dw->ff1_b,
                                   .dout = dff, .dout_type = c->gemm_type, .pre = a->u, .pre_type = c->gemm_type,
                                   .bias = w->ff1_b, .n = N, .h = F}; /* in place: dU is the FF1 GEMM's operand */
     TFB_CHECK(be->act_bias_bwd(be->ctx, &gelu));
     TFB_CHECK(col_parallel_bwd_acc(c, s->t1, s->t2, dw->ff1_w, NULL, NULL, dff, kept_operand(a->x1_lp, a->x1),
                                    w->ff1_w, N, H, F)); /* t1 <- dx1 */
-    /* grad <- dh1 (the layer input's gradient through the residual), t2 <- the attention projection's gradient */
-    TFB_CHECK(be->residual_ln_bwd(be->ctx, &d1, grad, s->t2, dw->ln1_g, dw->ln1_b, s->t1));
-    TFB_CHECK(linear_bwd_lp(c, dctx, dw->ao_w, dw->ao_b, s->t2, a->ctx, w->ao_w, N, W, H));
+    /* grad <- dh1 (the layer input's gradient through the residual), dproj <- the attention projection's gradient */
+    TFB_CHECK(be->residual_ln_bwd(be->ctx, &d1, grad, dproj, c->gemm_type, dw->ln1_g, dw->ln1_b, s->t1));
+    TFB_CHECK(bias_grad_of(c, dw->ao_b, dproj, N, H));
+    TFB_CHECK(linear_bwd_lp(c, dctx, dw->ao_w, dproj, a->ctx, w->ao_w, N, W, H));
     TFB_CHECK(attention_bwd(c, layer, a, dctx, s, dqkv));
     TFB_CHECK(bias_grad_of(c, dw->qkv_b, dqkv, N, 3 * W));
     return col_parallel_bwd_acc(c, grad, s->t2, dw->qkv_w, NULL, NULL, dqkv, kept_operand(a->x_lp, x), w->qkv_w, N,

@@ -193,10 +193,11 @@ struct tfb_backend {
      * layernorm_fwd (and a cast for y_lp) in turn. */
     tfb_status (*residual_ln_fwd)(void *ctx, const tfb_residual_ln_desc *d);
     /* Its backward from dy (rows, cols), through d's h, mean, rstd, gamma and dropout: dh = LayerNorm's input
-     * gradient (the residual's), dx = Dropout's backward of dh (x's and the bias's); dgamma, dbeta (cols) +=.
-     * The bias gradient is the caller's (bias_grad of dx). */
-    tfb_status (*residual_ln_bwd)(void *ctx, const tfb_residual_ln_desc *d, float *dh, float *dx, float *dgamma,
-                                  float *dbeta, const float *dy);
+     * gradient (the residual's), dx of dx_type = Dropout's backward of dh (x's and the bias's; a 16-bit dx is the
+     * projection's GEMM operand, rounded once); dgamma, dbeta (cols) +=. The bias gradient is the caller's (the
+     * column sums of dx). */
+    tfb_status (*residual_ln_bwd)(void *ctx, const tfb_residual_ln_desc *d, float *dh, void *dx, tfb_dtype dx_type,
+                                  float *dgamma, float *dbeta, const float *dy);
 
     /* out (rows, cols) = softmax(scale * in) per row; when key_len != NULL, columns >= key_len[r / rows_per_key]
      * are masked out (probability 0). */

@@ -8,7 +8,8 @@
  * the op reading its result, the result written in 16 bits against FP32 (the FFN up-projection with GELU, the QKV
  * projection with its permutes to heads; FF2's input gradient with GELU's backward); they have no traffic
  * column, the GEMM's time being mostly arithmetic.
- * The p16 rows time attention's softmax on 16-bit scores, probabilities and gradient against the FP32 ones.
+ * The p16 rows time attention's softmax on 16-bit scores, probabilities and gradient against the FP32 ones, and
+ * the dx16 row a sublayer tail's backward writing the projection's 16-bit gradient against FP32 and a cast.
  * It does not check values: tests/test_ops (CPU) and tests/gpu_check (device against CPU) do.
  * usage: bench_fused [cpu|cuda] [BATCH] [fp16|bf16]   (defaults: cuda 32 fp16)
  */
@@ -80,7 +81,22 @@ static tfb_status rln_fwd_separate(bf *b) {
 }
 static tfb_status rln_bwd_fused(bf *b) {
     tfb_residual_ln_desc d = rln_desc(b);
-    return b->be->residual_ln_bwd(b->be->ctx, &d, b->dh, b->dx, b->dgamma, b->dbeta, b->dy);
+    return b->be->residual_ln_bwd(b->be->ctx, &d, b->dh, b->dx, TFB_F32, b->dgamma, b->dbeta, b->dy);
+}
+/* the layer's sublayer backward now: dx written as the projection's 16-bit operand, its bias gradient summed over
+ * it; before: dx in FP32, then cast with the bias gradient summed in the same pass */
+static tfb_status rln_bwd_dx16(bf *b) {
+    tfb_residual_ln_desc d = rln_desc(b);
+    TFB_CHECK(b->be->residual_ln_bwd(b->be->ctx, &d, b->dh, b->dy16, b->t, b->dgamma, b->dbeta, b->dy));
+    tfb_act_bias_bwd_desc g = {.dbias = b->dbias, .dout = b->dy16, .dout_type = b->t, .n = b->n, .h = HIDDEN};
+    return b->be->act_bias_bwd(b->be->ctx, &g);
+}
+static tfb_status rln_bwd_dx32(bf *b) {
+    tfb_residual_ln_desc d = rln_desc(b);
+    TFB_CHECK(b->be->residual_ln_bwd(b->be->ctx, &d, b->dh, b->dx, TFB_F32, b->dgamma, b->dbeta, b->dy));
+    tfb_act_bias_bwd_desc g = {.din = b->dy16, .din_type = b->t, .dbias = b->dbias, .dout = b->dx, .n = b->n,
+                               .h = HIDDEN};
+    return b->be->act_bias_bwd(b->be->ctx, &g);
 }
 static tfb_status rln_bwd_separate(bf *b) {
     TFB_CHECK(b->be->layernorm_bwd(b->be->ctx, b->dh, b->dgamma, b->dbeta, b->dy, b->h, b->mean, b->rstd, b->gamma,
@@ -268,6 +284,8 @@ typedef struct {
 static const bf_pair PAIRS[] = {
     {"residual_ln_fwd", "bias_add dropout residual_add layernorm cast", rln_fwd_fused, rln_fwd_separate, NULL, 18, 0},
     {"residual_ln_bwd", "layernorm_bwd dropout_bwd", rln_bwd_fused, rln_bwd_separate, NULL, 16, 0},
+    {"residual_ln_bwd dx16+bias grad", "residual_ln_bwd (FP32 dx) + cast, bias grad", rln_bwd_dx16, rln_bwd_dx32,
+     NULL, 16, 0},
     {"attn_softmax_fwd", "softmax_fwd dropout_fwd", attn_fwd_fused, attn_fwd_separate, NULL, 10, 2},
     {"attn_softmax_bwd", "dropout_bwd softmax_bwd", attn_bwd_fused, attn_bwd_separate, restore_datt, 10, 2},
     {"permute_0213 + bias (QKV)", "bias_add permute_0213", heads_fused, heads_separate, NULL, 6, 3},

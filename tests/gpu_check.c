@@ -272,9 +272,11 @@ static tfb_status rln_fwd(tfb_backend *be, const rln_bufs *r, int b, tfb_dtype t
     return be->residual_ln_fwd(be->ctx, &d);
 }
 
-static tfb_status rln_bwd(tfb_backend *be, const rln_bufs *r, int b, float p) {
+/* dx of type t into r->dx (FP32) or r->lp (16-bit) */
+static tfb_status rln_bwd(tfb_backend *be, const rln_bufs *r, int b, float p, tfb_dtype t) {
     tfb_residual_ln_desc d = rln_desc(r, b, TFB_F32, p);
-    return be->residual_ln_bwd(be->ctx, &d, F(r->dh), F(r->dx), F(r->dg), F(r->db), F(r->dy));
+    void *dx = t == TFB_F32 ? V(r->dx) : V(r->lp);
+    return be->residual_ln_bwd(be->ctx, &d, F(r->dh), dx, t, F(r->dg), F(r->db), F(r->dy));
 }
 
 /* FP32 (t): the forward, the same in place, and the backward; FP16/BF16: the 16-bit copy of y. */
@@ -292,6 +294,11 @@ static void check_residual_ln(tfb_dtype t, float p) {
         BOTH(be->cast(be->ctx, F(lpw), TFB_F32, V(r.lp), t, nh));
         snprintf(name, sizeof name, "residual_ln_fwd y16 p=%g", p);
         verdict(name, prec_name(t, 0), TOL_16, &lpw, 1);
+        BOTH(rln_bwd(be, &r, b, p, t));
+        BOTH(be->cast(be->ctx, F(lpw), TFB_F32, V(r.lp), t, nh));
+        pair bwd[4] = {r.dh, lpw, r.dg, r.db};
+        snprintf(name, sizeof name, "residual_ln_bwd dx16 p=%g", p);
+        verdict(name, prec_name(t, 0), TOL_16, bwd, 4);
     } else {
         pair fwd[4] = {r.h, r.y, r.mean, r.rstd};
         snprintf(name, sizeof name, "residual_ln_fwd p=%g", p);
@@ -300,7 +307,7 @@ static void check_residual_ln(tfb_dtype t, float p) {
         BOTH(rln_fwd(be, &r, b, t, p, F(xy)));
         snprintf(name, sizeof name, "residual_ln_fwd in place p=%g", p);
         verdict(name, "fp32", TOL_FP32, &xy, 1);
-        BOTH(rln_bwd(be, &r, b, p));
+        BOTH(rln_bwd(be, &r, b, p, TFB_F32));
         pair bwd[4] = {r.dh, r.dx, r.dg, r.db};
         snprintf(name, sizeof name, "residual_ln_bwd p=%g", p);
         verdict(name, "fp32", TOL_FP32, bwd, 4);

@@ -82,13 +82,20 @@ static void test_residual_ln(void) {
     be->residual_ln_fwd(be->ctx, &in_place);
     EXPECT("residual_ln_fwd_in_place", tfb_rel_error(y2, x2, n) == 0, "x aliasing y changes y");
     float *dh = malloc(n * 4), *dx = malloc(n * 4), *dg = calloc(22, 4), *db = calloc(22, 4), *dbias = calloc(22, 4);
-    be->residual_ln_bwd(be->ctx, &c.d, dh, dx, dg, db, c.r);
+    be->residual_ln_bwd(be->ctx, &c.d, dh, dx, TFB_F32, dg, db, c.r);
     be->bias_grad(be->ctx, dbias, dx, 5, 22);
     double ex = fd_error(c.x, n, dx, rln_loss, &c), er = fd_error(c.res, n, dh, rln_loss, &c);
     double eb = fd_error(c.bias, 22, dbias, rln_loss, &c), eg = fd_error(g, 22, dg, rln_loss, &c);
     double ebeta = fd_error(b, 22, db, rln_loss, &c);
     EXPECT("residual_ln_bwd_vs_fd", ex < FD_TOL && er < FD_TOL && eb < FD_TOL && eg < FD_TOL && ebeta < FD_TOL,
            "rel err x %g residual %g bias %g gamma %g beta %g", ex, er, eb, eg, ebeta);
+    uint16_t *dx16 = malloc(n * 2), *want = malloc(n * 2); /* dx as the projection's 16-bit GEMM operand */
+    float *dh2 = malloc(n * 4);
+    be->residual_ln_bwd(be->ctx, &c.d, dh2, dx16, TFB_BF16, dg, db, c.r);
+    be->cast(be->ctx, want, TFB_BF16, dx, TFB_F32, n);
+    EXPECT("residual_ln_bwd_bf16_dx_is_the_fp32_dx_rounded", memcmp(dx16, want, n * 2) == 0 &&
+                                                               tfb_rel_error(dh, dh2, n) == 0, "%s", "differs");
+    free(dx16), free(want), free(dh2);
     free(h), free(y), free(st), free(h2), free(y2), free(x2), free(lp), free(lp2), free(dh), free(dx), free(dg);
     free(db), free(dbias), free(g), free(b), free(c.x), free(c.res), free(c.bias), free(c.r);
 }

@@ -261,15 +261,15 @@ static tfb_status cpu_residual_ln_fwd(void *ctx, const tfb_residual_ln_desc *d) 
     return TFB_OK;
 }
 
-static tfb_status cpu_residual_ln_bwd(void *ctx, const tfb_residual_ln_desc *d, float *dh, float *dx, float *dgamma,
-                                      float *dbeta, const float *dy) {
+/* Dropout's backward is its forward's mask and scale, so dx of any type is the forward writing that type. */
+static tfb_status cpu_residual_ln_bwd(void *ctx, const tfb_residual_ln_desc *d, float *dh, void *dx, tfb_dtype dx_type,
+                                      float *dgamma, float *dbeta, const float *dy) {
     if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
     TFB_CHECK(cpu_layernorm_bwd(ctx, dh, dgamma, dbeta, dy, d->h, d->mean, d->rstd, d->gamma, d->rows, d->cols));
-    return cpu_dropout_bwd(ctx, dx, dh, (size_t)d->rows * d->cols, d->p, d->key);
+    return cpu_dropout_fwd(ctx, dx, dx_type, dh, (size_t)d->rows * d->cols, d->p, d->key);
 }
 
-/* Attention's softmax and dropout: the reference is the two ops in turn. */
-/* 16-bit scores are widened into a scratch row block, whose softmax is rounded into att and widened back, so the
+/* Attention's softmax and dropout: the reference is the two ops in turn. 16-bit scores are widened into a scratch row block, whose softmax is rounded into att and widened back, so the
  * dropout reads the probabilities as stored. */
 static tfb_status cpu_attn_softmax_fwd(void *ctx, const tfb_attn_softmax_desc *d) {
     if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;

@@ -202,8 +202,8 @@ __device__ __forceinline__ float rln_dh(const tfb_residual_ln_desc &d, const flo
     return r * (dy[row + j] * d.gamma[j] - sg - xhat * sgx);
 }
 
-/* dh as k_layernorm_bwd computes din, and dx = Dropout's backward of dh in the same pass. */
-__global__ void k_residual_ln_bwd(tfb_residual_ln_desc d, float *dh, float *dx, const float *dy) {
+/* dh as k_layernorm_bwd computes din, and dx (of type dt) = Dropout's backward of dh in the same pass. */
+__global__ void k_residual_ln_bwd(tfb_residual_ln_desc d, float *dh, void *dx, int dt, const float *dy) {
     size_t row = (size_t)blockIdx.x * d.cols;
     float mu = d.mean[blockIdx.x], r = d.rstd[blockIdx.x], sg = 0.0f, sgx = 0.0f;
     TFB_ROW_LOOP(j, d.cols) {
@@ -216,19 +216,19 @@ __global__ void k_residual_ln_bwd(tfb_residual_ln_desc d, float *dh, float *dx, 
     rln_row_each(d, row, [&](int j, float f) {
         float v = rln_dh(d, dy, row, j, mu, r, sg, sgx);
         dh[row + j] = v;
-        dx[row + j] = f > 0.0f ? v * f : 0.0f;
+        tfb_store_elem(dx, dt, row + j, f > 0.0f ? v * f : 0.0f);
     });
 }
 
-static tfb_status cuda_residual_ln_bwd(void *ctx, const tfb_residual_ln_desc *d, float *dh, float *dx, float *dgamma,
-                                       float *dbeta, const float *dy) {
+static tfb_status cuda_residual_ln_bwd(void *ctx, const tfb_residual_ln_desc *d, float *dh, void *dx,
+                                       tfb_dtype dx_type, float *dgamma, float *dbeta, const float *dy) {
     if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
     if (d->rows == 0) return TFB_OK;
     int n = d->rows, h = d->cols;
     dim3 grid((h + COL_TX - 1) / COL_TX, col_row_blocks(n)), block(COL_TX, COL_TY);
     k_layernorm_param_grads<<<grid, block, 0, S(ctx)>>>(dgamma, dbeta, dy, d->h, d->mean, d->rstd, n, h);
     TFB_CHECK_LAUNCH();
-    k_residual_ln_bwd<<<n, ROW_THREADS, 0, S(ctx)>>>(*d, dh, dx, dy);
+    k_residual_ln_bwd<<<n, ROW_THREADS, 0, S(ctx)>>>(*d, dh, dx, (int)dx_type, dy);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
