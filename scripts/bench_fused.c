@@ -163,7 +163,9 @@ static tfb_status gelu_bwd(bf *b, void *din, tfb_dtype t, float *dbias, const vo
     return b->be->act_bias_bwd(b->be->ctx, &d);
 }
 
-static tfb_status cast_bias_fused(bf *b) { return gelu_bwd(b, b->dy16, b->t, b->dbias, b->dy, TFB_F32, NULL, 0, HIDDEN); }
+static tfb_status cast_bias_fused(bf *b) {
+    return gelu_bwd(b, b->dy16, b->t, b->dbias, b->dy, TFB_F32, NULL, TFB_F32, HIDDEN);
+}
 static tfb_status cast_bias_separate(bf *b) {
     TFB_CHECK(b->be->bias_grad(b->be->ctx, b->dbias, b->dy, b->n, HIDDEN));
     return b->be->cast(b->be->ctx, b->dy16, b->t, b->dy, TFB_F32, b->nh);

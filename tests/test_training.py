@@ -115,10 +115,11 @@ def test_mixed_precision():
     check("fp32_overflow_stops_with_message", p.returncode != 0 and "non-finite gradient at step 3" in p.stderr and r is None, f"rc {p.returncode} {p.stderr[-300:]}")
     # 16-bit layouts against 16-bit on one rank: the same rounding points, sums in another order (per-sample attention
     # calls and byte offsets into 16-bit buffers under tensor parallelism, micro-batches in a pipeline)
-    b16 = [a for a in SMALL if a not in ("--parallel", "data")] + ["--batch", "4", "--steps", "10", "--precision", "fp16",
-                                                                    "--scaling", "strong"]
+    b16 = [a for a in SMALL if a not in ("--parallel", "data")]
+    b16 += ["--batch", "4", "--steps", "10", "--precision", "fp16", "--scaling", "strong"]
     _, r1 = tfbench(b16 + ["--parallel", "data"], 1, "fp16_1rank")
-    for args in (["--parallel", "tensor"], ["--parallel", "pipeline", "--microbatches", "2"], ["--tp", "2", "--checkpointing"]):
+    layouts = (["--parallel", "tensor"], ["--parallel", "pipeline", "--microbatches", "2"], ["--tp", "2", "--checkpointing"])
+    for args in layouts:
         name = "fp16_2ranks_" + "_".join(a.strip("-") for a in args)
         p, r = tfbench(b16 + args, 2, name)
         e = max_rel(losses(r), losses(r1)) if r and r1 else float("inf")

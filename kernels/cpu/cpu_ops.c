@@ -269,8 +269,8 @@ static tfb_status cpu_residual_ln_bwd(void *ctx, const tfb_residual_ln_desc *d, 
     return cpu_dropout_fwd(ctx, dx, dx_type, dh, (size_t)d->rows * d->cols, d->p, d->key);
 }
 
-/* Attention's softmax and dropout: the reference is the two ops in turn. 16-bit scores are widened into a scratch row block, whose softmax is rounded into att and widened back, so the
- * dropout reads the probabilities as stored. */
+/* Attention's softmax and dropout: the reference is the two ops in turn. 16-bit scores are widened into a scratch
+ * block, whose softmax is rounded into att and widened back, so the dropout reads the probabilities as stored. */
 static tfb_status cpu_attn_softmax_fwd(void *ctx, const tfb_attn_softmax_desc *d) {
     if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
     size_t n = (size_t)d->rows * d->cols;

@@ -38,8 +38,8 @@ static tfb_status cuda_gemm(void *ctx, const tfb_gemm_desc *d) {
     cudaDataType_t t = blas_type(d->in_type);
     TFB_CHECK_CUBLAS(cublasGemmStridedBatchedEx(
         c->blas, d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, d->n, d->m, d->k,
-        &d->alpha, d->b, t, d->ldb, d->stride_b, d->a, t, d->lda, d->stride_a, &d->beta, d->c, blas_type(d->c_type), d->ldc,
-        d->stride_c, d->batch, blas_compute(d), CUBLAS_GEMM_DEFAULT));
+        &d->alpha, d->b, t, d->ldb, d->stride_b, d->a, t, d->lda, d->stride_a, &d->beta, d->c, blas_type(d->c_type),
+        d->ldc, d->stride_c, d->batch, blas_compute(d), CUBLAS_GEMM_DEFAULT));
     return TFB_OK;
 }
 
