@@ -19,7 +19,8 @@
  * GEMM itself, so nothing reads or writes them in FP32.
  *
  * Each sublayer ends in one fused op (residual_ln_fwd): its output projection's bias, dropout, the residual sum and
- * LayerNorm in one pass, instead of four. Its backward (residual_ln_bwd) gives both the residual's gradient (FP32)
+ * LayerNorm in one pass, instead of four, reading the projection's result as its GEMM wrote it (16-bit, in slot 0,
+ * unless a tensor group sums it). Its backward (residual_ln_bwd) gives both the residual's gradient (FP32)
  * and the projection's (its GEMM operand); the residual's is then accumulated by the GEMM that adds the branch's
  * input gradient to it (beta 1), with no separate sum outside tensor parallelism. No allocation happens here.
  */
@@ -164,11 +165,13 @@ int bert_ctx_local_width(const bert_ctx *c) {
 static int has_group(const bert_ctx *c) { return c->tp && c->tp->size > 1; }
 
 /* out (n, out_f) = x W^T summed over the tensor group: a row-parallel linear layer without its bias, which the
- * residual LayerNorm reading out adds (after the sum, once). */
-static tfb_status row_parallel_fwd(const bert_ctx *c, float *out, const void *x, const float *w, int n, int in_f,
-                                   int out_f) {
-    TFB_CHECK(linear_fwd_op(c, out, x, w, NULL, n, in_f, out_f));
+ * residual LayerNorm reading out adds (after the sum, once). out is of type ot: the GEMM type on one rank (its
+ * only reader is that LayerNorm), FP32 when a tensor group sums it. */
+static tfb_status row_parallel_fwd(const bert_ctx *c, void *out, tfb_dtype ot, const void *x, const float *w, int n,
+                                   int in_f, int out_f) {
+    TFB_CHECK(gemm(c, 0, 1, n, out_f, in_f, x, in_f, 0, lp_weight(c, w), in_f, 0, 0.0f, out, ot, out_f, 0, 1));
     if (!has_group(c)) return TFB_OK;
+    if (ot != TFB_F32) return TFB_ERR_ARG;
     return tfb_workload_tp_allreduce(c->wl, c->tp, out, (size_t)n * out_f, TFB_SUM);
 }
 
@@ -303,20 +306,23 @@ static tfb_residual_ln_desc residual_ln_of(const bert_ctx *c, int layer, int ln,
 
 tfb_status bert_layer_fwd(const bert_ctx *c, int layer, const bert_layer_w *w, const float *x, bert_layer_acts *a) {
     int N = c->batch * c->seq, H = c->hidden, F = c->ffn, W = bert_ctx_local_width(c);
-    float *proj = a->y; /* y is written last: use it as the projection buffer first */
+    /* the projections' results: in the GEMM type into slot 0 on one rank, else FP32 in y (written last) */
+    int lp = c->gemm_type != TFB_F32 && !has_group(c);
+    void *proj = lp ? c->lp[0] : (void *)a->y;
+    tfb_dtype pt = lp ? c->gemm_type : TFB_F32;
     const void *xo;
     TFB_CHECK(keep_operand(c, a->x_lp, a->x_lp_ready, x, (size_t)N * H, &xo));
     TFB_CHECK(linear_fwd_lp(c, a->qkv, xo, w->qkv_w, N, H, 3 * W)); /* the bias is added on the way to heads */
     TFB_CHECK(attention_fwd(c, layer, w->qkv_b, a));
-    TFB_CHECK(row_parallel_fwd(c, proj, a->ctx, w->ao_w, N, W, H));
+    TFB_CHECK(row_parallel_fwd(c, proj, pt, a->ctx, w->ao_w, N, W, H));
     tfb_residual_ln_desc d = residual_ln_of(c, layer, 1, w, a);
-    d.x = proj, d.residual = x, d.y = a->x1, d.y_lp = a->x1_lp;
+    d.x = proj, d.x_type = pt, d.residual = x, d.y = a->x1, d.y_lp = a->x1_lp;
     TFB_CHECK(c->be->residual_ln_fwd(c->be->ctx, &d));
     TFB_CHECK(linear_fwd_lp(c, a->u, kept_operand(a->x1_lp, a->x1), w->ff1_w, N, H, F));
     TFB_CHECK(c->be->bias_act_fwd(c->be->ctx, TFB_ACT_GELU, a->g, c->gemm_type, a->u, c->gemm_type, w->ff1_b, N, F));
-    TFB_CHECK(row_parallel_fwd(c, proj, a->g, w->ff2_w, N, F, H));
+    TFB_CHECK(row_parallel_fwd(c, proj, pt, a->g, w->ff2_w, N, F, H));
     d = residual_ln_of(c, layer, 2, w, a);
-    d.x = proj, d.residual = a->x1, d.y = a->y, d.y_lp = a->y_lp;
+    d.x = proj, d.x_type = pt, d.residual = a->x1, d.y = a->y, d.y_lp = a->y_lp;
     return c->be->residual_ln_fwd(c->be->ctx, &d);
 }
 

@@ -16,9 +16,9 @@
  * only element-wise ops read (the FFN's hidden gradient, read by GELU's backward; the context's, read by the
  * permute to heads; the attention probabilities', read by the softmax backward; dQ, dK and dV, read by the permute
  * back, which gives the QKV GEMM its operand) are written by their GEMMs in the GEMM type, and the output
- * projections' gradients by the sublayer tails' backward. Everything else is FP32: the residual stream and its
- * gradient, the output projections' results (summed over a tensor group), LayerNorm's statistics, the parameter
- * gradients. This file allocates nothing.
+ * projections' gradients by the sublayer tails' backward; so are the output projections' results on one rank (a
+ * tensor group sums them in FP32). Everything else is FP32: the residual stream and its gradient, LayerNorm's
+ * statistics, the parameter gradients. This file allocates nothing.
  *
  * Tensor parallelism (Megatron-LM): a rank holds whole heads of Wqkv and rows of W1 (column-parallel) and the
  * matching columns of Wo and W2 (row-parallel); the outputs of Wo and W2 are summed over the tensor group before

@@ -78,14 +78,16 @@ typedef struct {
 } tfb_dropout_key;
 
 /* The tail of a post-LN transformer sublayer, one row pass: h = residual + Dropout(x + bias), y = LayerNorm(h).
- * x may alias h or y (each row is read whole before it is written). */
+ * An FP32 x may alias h or y (each row is read whole before it is written). */
 typedef struct {
     float *h;               /* (rows, cols) out: LayerNorm's input, saved for the backward */
     float *y;               /* (rows, cols) out */
     void *y_lp;             /* (rows, cols) out: y again in lp_type, or NULL */
     tfb_dtype lp_type;
     float *mean, *rstd;     /* (rows) out */
-    const float *x;         /* (rows, cols) the sublayer's output, before its bias */
+    const void *x;          /* (rows, cols) the sublayer's output, before its bias, of x_type */
+    tfb_dtype x_type;       /* FP32 (the zero default), or 16-bit as the projection's GEMM wrote it (x + bias is
+                             * formed in FP32; a 16-bit x aliases neither h nor y) */
     const float *bias;      /* (cols), or NULL */
     const float *residual;  /* (rows, cols) */
     const float *gamma, *beta; /* (cols) */

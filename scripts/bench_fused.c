@@ -9,7 +9,8 @@
  * projection with its permutes to heads; FF2's input gradient with GELU's backward); they have no traffic
  * column, the GEMM's time being mostly arithmetic.
  * The p16 rows time attention's softmax on 16-bit scores, probabilities and gradient against the FP32 ones, and
- * the dx16 row a sublayer tail's backward writing the projection's 16-bit gradient against FP32 and a cast.
+ * the x16 and dx16 rows a sublayer tail reading the projection's 16-bit result and writing its 16-bit gradient
+ * against FP32 (and a cast).
  * It does not check values: tests/test_ops (CPU) and tests/gpu_check (device against CPU) do.
  * usage: bench_fused [cpu|cuda] [BATCH] [fp16|bf16]   (defaults: cuda 32 fp16)
  */
@@ -78,6 +79,11 @@ static tfb_status rln_fwd_separate(bf *b) {
     TFB_CHECK(b->be->residual_add(c, b->h, b->h, b->res, b->nh));
     TFB_CHECK(b->be->layernorm_fwd(c, b->y, b->mean, b->rstd, b->h, b->gamma, b->beta, b->n, HIDDEN, 1e-12f));
     return b->be->cast(c, b->y16, b->t, b->y, TFB_F32, b->nh);
+}
+static tfb_status rln_fwd_x16(bf *b) { /* the projection's result as its 16-bit GEMM wrote it */
+    tfb_residual_ln_desc d = rln_desc(b);
+    d.x = b->x16, d.x_type = b->t;
+    return b->be->residual_ln_fwd(b->be->ctx, &d);
 }
 static tfb_status rln_bwd_fused(bf *b) {
     tfb_residual_ln_desc d = rln_desc(b);
@@ -285,6 +291,7 @@ typedef struct {
 
 static const bf_pair PAIRS[] = {
     {"residual_ln_fwd", "bias_add dropout residual_add layernorm cast", rln_fwd_fused, rln_fwd_separate, NULL, 18, 0},
+    {"residual_ln_fwd x16", "residual_ln_fwd (FP32 x)", rln_fwd_x16, rln_fwd_fused, NULL, 16, 0},
     {"residual_ln_bwd", "layernorm_bwd dropout_bwd", rln_bwd_fused, rln_bwd_separate, NULL, 16, 0},
     {"residual_ln_bwd dx16+bias grad", "residual_ln_bwd (FP32 dx) + cast, bias grad", rln_bwd_dx16, rln_bwd_dx32,
      NULL, 16, 0},

@@ -272,6 +272,13 @@ static tfb_status rln_fwd(tfb_backend *be, const rln_bufs *r, int b, tfb_dtype t
     return be->residual_ln_fwd(be->ctx, &d);
 }
 
+/* x of type t, as the projection's 16-bit GEMM writes it (one rank) */
+static tfb_status rln_fwd_x16(tfb_backend *be, const rln_bufs *r, int b, tfb_dtype t, float p, const void *x16) {
+    tfb_residual_ln_desc d = rln_desc(r, b, t, p);
+    d.x = x16, d.x_type = t;
+    return be->residual_ln_fwd(be->ctx, &d);
+}
+
 /* dx of type t into r->dx (FP32) or r->lp (16-bit) */
 static tfb_status rln_bwd(tfb_backend *be, const rln_bufs *r, int b, float p, tfb_dtype t) {
     tfb_residual_ln_desc d = rln_desc(r, b, TFB_F32, p);
@@ -294,6 +301,13 @@ static void check_residual_ln(tfb_dtype t, float p) {
         BOTH(be->cast(be->ctx, F(lpw), TFB_F32, V(r.lp), t, nh));
         snprintf(name, sizeof name, "residual_ln_fwd y16 p=%g", p);
         verdict(name, prec_name(t, 0), TOL_16, &lpw, 1);
+        pair x16 = poisoned16(nh);
+        BOTH(be->cast(be->ctx, V(x16), t, F(r.x), TFB_F32, nh));
+        BOTH(rln_fwd_x16(be, &r, b, t, p, V(x16)));
+        pair fwd[4] = {r.h, r.y, r.mean, r.rstd};
+        snprintf(name, sizeof name, "residual_ln_fwd x16 p=%g", p);
+        verdict(name, prec_name(t, 0), TOL_16, fwd, 4);
+        release(&x16);
         BOTH(rln_bwd(be, &r, b, p, t));
         BOTH(be->cast(be->ctx, F(lpw), TFB_F32, V(r.lp), t, nh));
         pair bwd[4] = {r.dh, lpw, r.dg, r.db};

@@ -81,6 +81,19 @@ static void test_residual_ln(void) {
     in_place.x = x2, in_place.y = x2, in_place.y_lp = NULL;
     be->residual_ln_fwd(be->ctx, &in_place);
     EXPECT("residual_ln_fwd_in_place", tfb_rel_error(y2, x2, n) == 0, "x aliasing y changes y");
+    uint16_t *x16 = malloc(n * 2); /* x as a 16-bit GEMM wrote it: the same as its FP32 widening */
+    float *hw = malloc(n * 4), *yw = malloc(n * 4), *ht = malloc(n * 4), *yt = malloc(n * 4), *s2 = malloc(20 * 4);
+    be->cast(be->ctx, x16, TFB_F16, c.x, TFB_F32, n);
+    be->cast(be->ctx, x2, TFB_F32, x16, TFB_F16, n);
+    tfb_residual_ln_desc typed = c.d, widened = c.d;
+    typed.x = x16, typed.x_type = TFB_F16, typed.h = ht, typed.y = yt, typed.y_lp = NULL;
+    typed.mean = s2, typed.rstd = s2 + 5;
+    widened.x = x2, widened.h = hw, widened.y = yw, widened.y_lp = NULL, widened.mean = s2 + 10, widened.rstd = s2 + 15;
+    be->residual_ln_fwd(be->ctx, &widened);
+    be->residual_ln_fwd(be->ctx, &typed);
+    EXPECT("residual_ln_fwd_fp16_x_reads_as_its_fp32_widening", tfb_rel_error(hw, ht, n) == 0 &&
+                                                                   tfb_rel_error(yw, yt, n) == 0, "%s", "differs");
+    free(x16), free(hw), free(yw), free(ht), free(yt), free(s2);
     float *dh = malloc(n * 4), *dx = malloc(n * 4), *dg = calloc(22, 4), *db = calloc(22, 4), *dbias = calloc(22, 4);
     be->residual_ln_bwd(be->ctx, &c.d, dh, dx, TFB_F32, dg, db, c.r);
     be->bias_grad(be->ctx, dbias, dx, 5, 22);

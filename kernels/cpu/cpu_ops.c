@@ -252,7 +252,8 @@ static tfb_status cpu_residual_ln_fwd(void *ctx, const tfb_residual_ln_desc *d) 
     for (int i = 0; i < d->rows; i++)
         for (int j = 0; j < d->cols; j++) {
             size_t e = (size_t)i * d->cols + j;
-            d->h[e] = d->bias ? d->x[e] + d->bias[j] : d->x[e];
+            float x = tfb_cpu_load(d->x, d->x_type, e);
+            d->h[e] = d->bias ? x + d->bias[j] : x;
         }
     TFB_CHECK(cpu_dropout_fwd(ctx, d->h, TFB_F32, d->h, n, d->p, d->key));
     TFB_CHECK(cpu_residual_add(ctx, d->h, d->residual, d->h, n));

@@ -136,7 +136,8 @@ static tfb_status cuda_layernorm_bwd(void *ctx, float *din, float *dgamma, float
 
 /* Element j of the row: x + bias, as the CPU's bias pass forms it. */
 __device__ __forceinline__ float rln_in(const tfb_residual_ln_desc &d, size_t row, int j) {
-    return d.bias ? d.x[row + j] + d.bias[j] : d.x[row + j];
+    float x = tfb_load_elem(d.x, (int)d.x_type, row + j);
+    return d.bias ? x + d.bias[j] : x;
 }
 
 /* fn(j, f) for this thread's elements j of the row, f being element j's dropout factor (0: dropped; 1 without
