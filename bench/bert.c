@@ -301,7 +301,8 @@ static void plan_shared(tfb_mempool *p, bert_model *m) {
         tfb_mempool_add(p, (void **)&m->s.dff, N * (size_t)m->ctx.ffn * 4);
         tfb_mempool_add(p, (void **)&m->s.datt, B * A * s * s * 4);
     }
-    if (m->st.l1 > m->st.l0) tfb_mempool_add(p, (void **)&m->ctx.hm, 2 * N * W * 4); /* head-major attention */
+    size_t es = tfb_dtype_size(m->wc.gemm_type);
+    if (m->st.l1 > m->st.l0) tfb_mempool_add(p, &m->ctx.hm, 2 * N * W * es); /* head-major attention results */
     if (m->wc.checkpointing && m->st.l1 > m->st.l0) plan_layer_acts(p, m, &m->rc);
 }
 

@@ -227,10 +227,9 @@ static tfb_status attention_softmax(const bert_ctx *c, int layer, const bert_lay
 }
 
 /* Attention's head-major tensors: the saved Q, K and V (blocks 0..2 of a->qkv_hm, in the GEMM type) and two
- * scratch blocks of ctx->hm for GEMM results: o (the context in the GEMM type, later dQ in FP32) and t (dV, later
- * dK, FP32). */
+ * scratch blocks of ctx->hm for GEMM results, in the GEMM type: o (the context, later dQ) and t (dV, later dK). */
 typedef struct {
-    float *o, *t;        /* (batch, A, s, d) each */
+    void *o, *t;         /* (batch, A, s, d) each */
     int s, A, d, W;
     size_t nw;           /* batch * s * W: elements of one block */
 } heads_view;
@@ -238,7 +237,7 @@ typedef struct {
 static heads_view heads_of(const bert_ctx *c) {
     int W = bert_ctx_local_width(c);
     heads_view h = {.s = c->seq, .A = c->heads, .d = W / c->heads, .W = W, .nw = (size_t)c->batch * c->seq * W};
-    h.o = c->hm, h.t = c->hm + h.nw;
+    h.o = c->hm, h.t = (char *)c->hm + h.nw * tfb_dtype_size(c->gemm_type);
     return h;
 }
 

@@ -50,8 +50,8 @@ typedef struct {
     int step;
     uint64_t sample0;        /* global index of local sample 0: dropout counters are global */
     const int *key_len;      /* (batch) valid keys per sample, or NULL for none masked */
-    float *hm;               /* (2, batch, heads, seq, head_dim) head-major GEMM results: the context (in the GEMM
-                              * type; later dQ, FP32) and dV (later dK, FP32) */
+    void *hm;                /* (2, batch, heads, seq, head_dim) head-major GEMM results in the GEMM type: the
+                              * context (later dQ) and dV (later dK) */
     void *lp[3];             /* (lp_elems) 16-bit scratch for gradient operands; unused in FP32 */
     size_t lp_elems;
     const float *master_base;/* FP32 parameter pool; weight w's 16-bit copy is lp_weights + (w - master_base) */

@@ -18,9 +18,10 @@
 #      PyTorch's). GPU_CHECK_TORCH=0 leaves PyTorch out;
 #   5. the kernel profile of the two FP16 runs (TFB_KERNEL_PROFILE=15: the 15 largest kernels by GPU time, from
 #      CUPTI), a diagnostic that never fails the check (GPU_CHECK_PROFILE=0 leaves it out);
-#   6. build/bench_fused: each fused op of the BERT layer against the separate ops it replaces, at bert-large's
-#      layer shapes (batch 32, FP16 outputs; batch 1 when the CPU stands in), microseconds per call and GB/s, so
-#      a run says whether each fusion paid on this GPU. It fails the check only if an op fails.
+#   6. build/bench_fused: each fused op of the BERT layer against the separate ops it replaces, and each 16-bit
+#      GEMM result or gradient with its reader against the FP32 form it replaced, at bert-large's layer shapes
+#      (batch 32, FP16; batch 1 when the CPU stands in), microseconds per call and GB/s, so a run says whether
+#      each change paid on this GPU. It fails the check only if an op fails.
 # Ends with one compact table; logs and results files go to $OUT (default build/gpu-check). Exit 0 when every check
 # passed, 1 otherwise, 2 when there is no usable GPU. Needs what `make` needs (MPI, OpenBLAS, cJSON, hwloc, CUDA).
 # GPU_CHECK_DEVICE=cpu runs the whole script with the CPU backend standing in for the GPU (to check the script
