@@ -247,7 +247,6 @@ static void plan_layer_acts(tfb_mempool *p, const bert_model *m, bert_layer_acts
     float **ln[] = {&la->ln1_mean, &la->ln1_rstd, &la->ln2_mean, &la->ln2_rstd};
     plan_n(p, ln, 4, N);
     tfb_mempool_add(p, &la->ctx, N * W * es);
-    tfb_mempool_add(p, &la->qkv, N * 3 * W * es);
     tfb_mempool_add(p, &la->qkv_hm, N * 3 * W * es);
     tfb_mempool_add(p, &la->att, m->B * A * s * s * es);
     tfb_mempool_add(p, &la->att_d, m->B * A * s * s * es);
@@ -302,7 +301,7 @@ static void plan_shared(tfb_mempool *p, bert_model *m) {
         tfb_mempool_add(p, (void **)&m->s.datt, B * A * s * s * 4);
     }
     size_t es = tfb_dtype_size(m->wc.gemm_type);
-    if (m->st.l1 > m->st.l0) tfb_mempool_add(p, &m->ctx.hm, 2 * N * W * es); /* head-major attention results */
+    if (m->st.l1 > m->st.l0) tfb_mempool_add(p, &m->ctx.qkv, N * 3 * W * es); /* every layer's QKV projection */
     if (m->wc.checkpointing && m->st.l1 > m->st.l0) plan_layer_acts(p, m, &m->rc);
 }
 

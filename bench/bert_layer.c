@@ -1,22 +1,24 @@
 /* bert_layer.c — the kernel sequence of one post-LN encoder layer, forward and backward (see bert_layer.h).
  *
- * Attention runs on head-major copies of Q, K and V (permuted out of the fused (N, 3H) projection), so each of its
- * GEMMs is one strided batched call over every (sample, head) pair, not one call per sample: the launch count per
- * layer does not grow with the batch. The probabilities and their dropout come from one row pass (attn_softmax_fwd,
+ * Attention's GEMMs are each one batched call over every (sample, head) pair, not one call per sample: the launch
+ * count per layer does not grow with the batch. Q, K and V are head-major copies (permuted out of the fused (N, 3H)
+ * projection, the bias added on the way, and saved for the backward); the context, its gradient and dQ, dK, dV
+ * stay token-major ((N, width) tensors, head i of a sample in columns i d .. i d + d - 1), read and written in
+ * place by GEMMs grouped by sample (tfb_gemm_desc.batch_inner), with no permute to or from heads. The probabilities and their dropout come from one row pass (attn_softmax_fwd,
  * scale and key mask inside), and their gradient from one (attn_softmax_bwd). The scores and the probabilities
  * saved for that backward are in the GEMM type (PyTorch's autocast keeps FP32 probabilities; here the row's
  * arithmetic is FP32 and only the stored values are rounded).
  *
  * Every activation a GEMM reads is made once, in the GEMM type, by the op that produces it where the op can write
- * that type (the head-major permutes, the attention softmax, GELU, the LayerNorm giving x1 and, for the next layer,
+ * that type (the permute to heads, the attention softmax, GELU, the LayerNorm giving x1 and, for the next layer,
  * the LayerNorm giving y), else by one cast kept for the backward (a stage's first input): the backward's
  * weight-gradient GEMMs read the forward's operands, with no second cast and no second permute. The same holds for
- * gradients (the GELU backward, the attention softmax's backward, the permutes, the sublayer tails' backward); a
+ * gradients (the GELU backward, the attention softmax's backward, the sublayer tails' backward); a
  * bias gradient is then one column-sum pass over the 16-bit gradient. The QKV bias is added by the permute to heads,
  * not by a pass of its own. The GEMM results and gradients read only by such an op (the QKV projection, the
- * attention scores, the head-major context, the FFN up-projection, and in the backward FF2's and the output
- * projection's input gradients, the probabilities' gradient, dQ, dK and dV) are written in the GEMM type by the
- * GEMM itself, so nothing reads or writes them in FP32.
+ * attention scores, the FFN up-projection, and in the backward FF2's input gradient and the probabilities') and
+ * those attention's GEMMs make or read token-major (the context, its gradient, dQ, dK and dV) are written in the
+ * GEMM type by the GEMM itself, so nothing reads or writes them in FP32.
  *
  * Each sublayer ends in one fused op (residual_ln_fwd): its output projection's bias, dropout, the residual sum and
  * LayerNorm in one pass, instead of four, reading the projection's result as its GEMM wrote it (16-bit, in slot 0,
@@ -143,8 +145,8 @@ static tfb_status linear_bwd_op(const bert_ctx *c, float *din, float *dw, float 
     return linear_bwd_beta(c, din, TFB_F32, 0.0f, dw, db, dout, NULL, x, w, n, in_f, out_f);
 }
 
-/* din = dy W in the GEMM type (a gradient that only an element-wise op reads: the permute to heads, GELU's
- * backward; rounded once as the GEMM writes it, as autocast's GEMM gradients are) and dW += dy^T x, dy being the
+/* din = dy W in the GEMM type (a gradient that only element-wise ops or attention's GEMMs read: the context's,
+ * GELU's backward; rounded once as the GEMM writes it, as autocast's GEMM gradients are) and dW += dy^T x, dy being the
  * output gradient's GEMM operand; the bias gradient is the caller's. */
 static tfb_status linear_bwd_lp(const bert_ctx *c, void *din, float *dw, const void *dy, const void *x, const float *w,
                                 int n, int in_f, int out_f) {
@@ -226,63 +228,78 @@ static tfb_status attention_softmax(const bert_ctx *c, int layer, const bert_lay
     return TFB_OK;
 }
 
-/* Attention's head-major tensors: the saved Q, K and V (blocks 0..2 of a->qkv_hm, in the GEMM type) and two
- * scratch blocks of ctx->hm for GEMM results, in the GEMM type: o (the context, later dQ) and t (dV, later dK). */
+/* Attention's shapes on this rank: A heads of width d (W = A d), sequences of s, nw = batch * s * W elements in each
+ * of Q, K and V. */
 typedef struct {
-    void *o, *t;         /* (batch, A, s, d) each */
     int s, A, d, W;
-    size_t nw;           /* batch * s * W: elements of one block */
+    size_t nw;
 } heads_view;
 
 static heads_view heads_of(const bert_ctx *c) {
     int W = bert_ctx_local_width(c);
-    heads_view h = {.s = c->seq, .A = c->heads, .d = W / c->heads, .W = W, .nw = (size_t)c->batch * c->seq * W};
-    h.o = c->hm, h.t = (char *)c->hm + h.nw * tfb_dtype_size(c->gemm_type);
-    return h;
+    return (heads_view){.s = c->seq, .A = c->heads, .d = W / c->heads, .W = W, .nw = (size_t)c->batch * c->seq * W};
 }
 
-/* (N, W) token-major columns [col0, col0 + W) of rows ld apart, of type it -> (batch, A, s, d) head-major of type
- * t, and back. */
-static tfb_status to_heads(const bert_ctx *c, const heads_view *h, void *out, tfb_dtype t, const void *in,
-                           tfb_dtype it, int ld, const float *bias) {
-    return c->be->permute_0213(c->be->ctx, out, t, (size_t)h->s * h->d, in, it, (size_t)ld, bias, c->batch, h->s,
-                               h->A, h->d);
+/* One operand of attention's GEMMs: the matrix of (sample b, head i) at p + b * outer + i * stride (elements), rows
+ * ld apart. */
+typedef struct {
+    const void *p;
+    int ld;
+    long long stride, outer;
+} head_operand;
+
+/* Block q (0: Q, 1: K, 2: V) of the saved head-major qkv_hm: (batch, A, s, d). */
+static head_operand hm_block(const bert_ctx *c, const heads_view *h, const void *qkv_hm, int q) {
+    long long sd = (long long)h->s * h->d;
+    return (head_operand){at(c, qkv_hm, (size_t)q * h->nw), h->d, sd, h->A * sd};
 }
-static tfb_status from_heads(const bert_ctx *c, const heads_view *h, void *out, tfb_dtype t, int ld, const void *in,
-                             tfb_dtype it) {
-    return c->be->permute_0213(c->be->ctx, out, t, (size_t)ld, in, it, (size_t)h->s * h->d, NULL, c->batch, h->A,
-                               h->s, h->d);
+/* Scores, probabilities and their gradients: (batch, A, s, s). */
+static head_operand scores_of(const heads_view *h, const void *p) {
+    long long ss = (long long)h->s * h->s;
+    return (head_operand){p, h->s, ss, h->A * ss};
+}
+/* Token-major columns: head i of sample b is columns [i d, (i + 1) d) of rows b s .. b s + s - 1 of an (N, ld)
+ * tensor starting at p; no permute to or from head-major copies. */
+static head_operand tokens_of(const heads_view *h, const void *p, int ld) {
+    return (head_operand){p, ld, h->d, (long long)h->s * ld};
+}
+
+/* One batched GEMM over all (sample, head) pairs: C_i = op(A_i) op(B_i), C of the GEMM type. Grouped by sample
+ * (batch_inner = A) unless every operand is head-major with its samples one after the other, when it is one
+ * strided batch. */
+static tfb_status heads_gemm(const bert_ctx *c, const heads_view *h, int ta, int tb, int m, int n, int k,
+                             head_operand a, head_operand b, head_operand out) {
+    int flat = a.outer == h->A * a.stride && b.outer == h->A * b.stride && out.outer == h->A * out.stride;
+    tfb_gemm_desc d = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f, .a = a.p, .lda = a.ld,
+                       .stride_a = a.stride, .b = b.p, .ldb = b.ld, .stride_b = b.stride, .c = (void *)out.p,
+                       .ldc = out.ld, .stride_c = out.stride, .batch = c->batch * h->A, .in_type = c->gemm_type,
+                       .tf32 = c->tf32, .c_type = c->gemm_type, .batch_inner = flat ? 0 : h->A,
+                       .outer_a = a.outer, .outer_b = b.outer, .outer_c = out.outer};
+    return c->be->gemm(c->be->ctx, &d);
 }
 
 /* q, k, v head-major in the GEMM type from qkv (N, 3W, in the GEMM type) plus its bias b (3W), into qkv_hm: the
- * attention GEMMs' operands. */
+ * attention GEMMs' operands, saved for the backward. */
 static tfb_status qkv_heads(const bert_ctx *c, const heads_view *h, const void *qkv, const float *b, void *qkv_hm) {
     for (int i = 0; i < 3; i++)
-        TFB_CHECK(to_heads(c, h, (char *)qkv_hm + i * h->nw * tfb_dtype_size(c->gemm_type), c->gemm_type,
-                           at(c, qkv, (size_t)i * h->W), c->gemm_type, 3 * h->W, b + i * h->W));
+        TFB_CHECK(c->be->permute_0213(c->be->ctx, at_out(c, qkv_hm, i * h->nw), c->gemm_type, (size_t)h->s * h->d,
+                                      at(c, qkv, (size_t)i * h->W), c->gemm_type, 3 * (size_t)h->W, b + i * h->W,
+                                      c->batch, h->s, h->A, h->d));
     return TFB_OK;
 }
 
-/* One strided batched GEMM over all (sample, head) pairs: C_i = op(A_i) op(B_i), i < batch * A, C of type ct. */
-static tfb_status heads_gemm(const bert_ctx *c, const heads_view *h, int ta, int tb, int m, int n, int k,
-                             const void *a, int lda, long long sa, const void *b, int ldb, long long sb, void *out,
-                             tfb_dtype ct, int ldc, long long sc) {
-    return gemm(c, ta, tb, m, n, k, a, lda, sa, b, ldb, sb, 0.0f, out, ct, ldc, sc, c->batch * h->A);
-}
-
-/* ctx (N, Hl) = Dropout(softmax(Q K^T * scale)) V for every sample and head, Q, K, V being a->qkv + qkv_b; saves
- * qkv_hm, att, att_d and ctx. The context leaves its GEMM in the GEMM type (scratch o) for the permute back. */
-static tfb_status attention_fwd(const bert_ctx *c, int layer, const float *qkv_b, bert_layer_acts *a) {
+/* ctx (N, Hl) = Dropout(softmax(Q K^T * scale)) V for every sample and head, Q, K, V being qkv + qkv_b; saves
+ * qkv_hm, att, att_d and ctx. The context's GEMM writes it token-major, in the GEMM type. */
+static tfb_status attention_fwd(const bert_ctx *c, int layer, const void *qkv, const float *qkv_b,
+                                bert_layer_acts *a) {
     heads_view h = heads_of(c);
     int s = h.s, d = h.d;
-    long long sd = (long long)s * d, ss = (long long)s * s;
-    const void *qkv = a->qkv_hm;
-    TFB_CHECK(qkv_heads(c, &h, a->qkv, qkv_b, a->qkv_hm));
-    TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, qkv, d, sd, at(c, qkv, h.nw), d, sd, a->att, c->gemm_type, s, ss));
+    TFB_CHECK(qkv_heads(c, &h, qkv, qkv_b, a->qkv_hm));
+    TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, hm_block(c, &h, a->qkv_hm, 0), hm_block(c, &h, a->qkv_hm, 1),
+                         scores_of(&h, a->att)));
     TFB_CHECK(attention_softmax(c, layer, a, NULL));
-    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, a->att_d, s, ss, at(c, qkv, 2 * h.nw), d, sd, h.o, c->gemm_type, d,
-                         sd));
-    return from_heads(c, &h, a->ctx, c->gemm_type, h.W, h.o, c->gemm_type);
+    return heads_gemm(c, &h, 0, 0, s, d, s, scores_of(&h, a->att_d), hm_block(c, &h, a->qkv_hm, 2),
+                      tokens_of(&h, a->ctx, h.W));
 }
 
 /* A sublayer's residual, dropout and LayerNorm (ln 1 or 2): h = residual + Dropout(proj + bias), y = LN(h), and
@@ -311,8 +328,8 @@ tfb_status bert_layer_fwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
     tfb_dtype pt = lp ? c->gemm_type : TFB_F32;
     const void *xo;
     TFB_CHECK(keep_operand(c, a->x_lp, a->x_lp_ready, x, (size_t)N * H, &xo));
-    TFB_CHECK(linear_fwd_lp(c, a->qkv, xo, w->qkv_w, N, H, 3 * W)); /* the bias is added on the way to heads */
-    TFB_CHECK(attention_fwd(c, layer, w->qkv_b, a));
+    TFB_CHECK(linear_fwd_lp(c, c->qkv, xo, w->qkv_w, N, H, 3 * W)); /* the bias is added on the way to heads */
+    TFB_CHECK(attention_fwd(c, layer, c->qkv, w->qkv_b, a));
     TFB_CHECK(row_parallel_fwd(c, proj, pt, a->ctx, w->ao_w, N, W, H));
     tfb_residual_ln_desc d = residual_ln_of(c, layer, 1, w, a);
     d.x = proj, d.x_type = pt, d.residual = x, d.y = a->x1, d.y_lp = a->x1_lp;
@@ -326,27 +343,22 @@ tfb_status bert_layer_fwd(const bert_ctx *c, int layer, const bert_layer_w *w, c
 }
 
 /* From dctx (N, Hl, in the GEMM type) to dqkv (N, 3Hl, in the GEMM type: the QKV projection's GEMM operand),
- * through the saved qkv_hm, att and att_d. The context gradient goes head-major (into slot 1, or scratch o in FP32
- * runs); the probabilities' gradient leaves its GEMM in the GEMM type (slot 2, free once dctx is permuted, or
- * scratch datt in FP32) and the softmax backward overwrites it with the scores'; dV goes to scratch t, dQ to o, dK
- * to t once dV is written out, each in the GEMM type. */
+ * through the saved qkv_hm, att and att_d. The GEMMs read dctx and write dQ, dK and dV token-major, in place in
+ * their columns of dqkv; the probabilities' gradient leaves its GEMM in the GEMM type (slot 1, or scratch datt in
+ * FP32 runs) and the softmax backward overwrites it with the scores'. */
 static tfb_status attention_bwd(const bert_ctx *c, int layer, const bert_layer_acts *a, const void *dctx,
                                 const bert_layer_scratch *sc, void *dqkv) {
     heads_view h = heads_of(c);
-    int s = h.s, d = h.d, W3 = 3 * h.W, f32 = c->gemm_type == TFB_F32;
-    tfb_dtype t = c->gemm_type;
-    long long sd = (long long)s * d, ss = (long long)s * s;
-    const void *qkv = a->qkv_hm;
-    void *dc = f32 ? (void *)h.o : c->lp[1], *datt = f32 ? (void *)sc->datt : c->lp[2];
-    TFB_CHECK(to_heads(c, &h, dc, t, dctx, t, h.W, NULL));
-    TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, dc, d, sd, at(c, qkv, 2 * h.nw), d, sd, datt, t, s, ss));
-    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, a->att_d, s, ss, dc, d, sd, h.t, t, d, sd)); /* dV */
-    TFB_CHECK(from_heads(c, &h, at_out(c, dqkv, 2 * (size_t)h.W), t, W3, h.t, t));
+    int s = h.s, d = h.d, W3 = 3 * h.W;
+    void *datt = c->gemm_type == TFB_F32 ? (void *)sc->datt : c->lp[1];
+    head_operand dc = tokens_of(&h, dctx, h.W), q = hm_block(c, &h, a->qkv_hm, 0), k = hm_block(c, &h, a->qkv_hm, 1);
+    TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, dc, hm_block(c, &h, a->qkv_hm, 2), scores_of(&h, datt)));
+    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, scores_of(&h, a->att_d), dc,
+                         tokens_of(&h, at_out(c, dqkv, 2 * (size_t)h.W), W3))); /* dV */
     TFB_CHECK(attention_softmax(c, layer, a, datt));
-    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, datt, s, ss, at(c, qkv, h.nw), d, sd, h.o, t, d, sd)); /* dQ */
-    TFB_CHECK(heads_gemm(c, &h, 1, 0, s, d, s, datt, s, ss, qkv, d, sd, h.t, t, d, sd));             /* dK */
-    TFB_CHECK(from_heads(c, &h, dqkv, t, W3, h.o, t));
-    return from_heads(c, &h, at_out(c, dqkv, (size_t)h.W), t, W3, h.t, t);
+    TFB_CHECK(heads_gemm(c, &h, 0, 0, s, d, s, scores_of(&h, datt), k, tokens_of(&h, dqkv, W3))); /* dQ */
+    return heads_gemm(c, &h, 1, 0, s, d, s, scores_of(&h, datt), q,
+                      tokens_of(&h, at_out(c, dqkv, (size_t)h.W), W3)); /* dK */
 }
 
 /* dbias (h) += the column sums of dout (n, h), a gradient in the GEMM type (a GEMM operand already) */

@@ -9,15 +9,16 @@
  * context, the GELU output) are saved in that type only, written so by the ops that make them; the layer input and
  * x1, which LayerNorm's residuals also read, are saved in FP32 and in 16 bits (the input by a cast, x1 by LN1
  * itself). The GEMM results that only an element-wise op reads (the QKV projection, read by the permute to heads;
- * the attention scores, read by the softmax, which saves its probabilities in the same type; the context, read by
- * the permute back; the FFN up-projection, read by GELU and its backward) are written by their GEMM in the GEMM
- * type as well, as PyTorch's autocast does; a bias is added in FP32 by the op reading them. Gradients are cast
- * into scratch slots unless the op making them writes the GEMM type (GELU's backward writes dU so); the gradients
- * only element-wise ops read (the FFN's hidden gradient, read by GELU's backward; the context's, read by the
- * permute to heads; the attention probabilities', read by the softmax backward; dQ, dK and dV, read by the permute
- * back, which gives the QKV GEMM its operand) are written by their GEMMs in the GEMM type, and the output
- * projections' gradients by the sublayer tails' backward; so are the output projections' results on one rank (a
- * tensor group sums them in FP32). Everything else is FP32: the residual stream and its gradient, LayerNorm's
+ * the attention scores, read by the softmax, which saves its probabilities in the same type; the FFN
+ * up-projection, read by GELU and its backward) are written by their GEMM in the GEMM type as well, as PyTorch's
+ * autocast does; a bias is added in FP32 by the op reading them. The context is written token-major by its GEMM,
+ * in the GEMM type: the output projection's operand. Gradients are cast into scratch slots unless the op making
+ * them writes the GEMM type (GELU's backward writes dU so); the gradients only element-wise ops read (the FFN's
+ * hidden gradient, read by GELU's backward; the attention probabilities', read by the softmax backward) are written
+ * by their GEMMs in the GEMM type, and so are the context's gradient (read token-major by attention's GEMMs) and
+ * dQ, dK and dV (written token-major into the QKV GEMM's operand); the output projections' gradients come from the
+ * sublayer tails' backward, in that type; so do the output projections' results on one rank (a tensor group sums
+ * them in FP32). Everything else is FP32: the residual stream and its gradient, LayerNorm's
  * statistics, the parameter gradients. This file allocates nothing.
  *
  * Tensor parallelism (Megatron-LM): a rank holds whole heads of Wqkv and rows of W1 (column-parallel) and the
@@ -50,8 +51,8 @@ typedef struct {
     int step;
     uint64_t sample0;        /* global index of local sample 0: dropout counters are global */
     const int *key_len;      /* (batch) valid keys per sample, or NULL for none masked */
-    void *hm;                /* (2, batch, heads, seq, head_dim) head-major GEMM results in the GEMM type: the
-                              * context (later dQ) and dV (later dK) */
+    void *qkv;               /* (N, 3 heads head_dim) the QKV projection in the GEMM type, before its bias: read
+                              * only by the permute to heads, so one buffer serves every layer */
     void *lp[3];             /* (lp_elems) 16-bit scratch for gradient operands; unused in FP32 */
     size_t lp_elems;
     const float *master_base;/* FP32 parameter pool; weight w's 16-bit copy is lp_weights + (w - master_base) */
@@ -77,7 +78,6 @@ typedef struct {
 /* What forward saves for backward. N = batch * seq tokens, A = heads, s = seq. "GEMM type": ctx->gemm_type. */
 typedef struct {
     void *x_lp;      /* (N, H) the layer input in the GEMM type; NULL in FP32 runs (the input itself) */
-    void *qkv;       /* (N, 3Hl) x Wqkv^T in the GEMM type; the bias is added on the way into qkv_hm */
     void *qkv_hm;    /* (3, batch, A, s, d) head-major Q, K, V in the GEMM type, A: this rank's heads */
     void *att;       /* (batch, A, s, s) the scores, then the softmax output, in the GEMM type */
     void *att_d;     /* (batch, A, s, s) after attention dropout, in the GEMM type */

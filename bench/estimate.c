@@ -118,8 +118,9 @@ static void print_device(const tfb_options *o, const tfb_strategy *s, const tfb_
     print_row("gradients", d->grads, "FP32, accumulated over micro-batches");
     if (d->lowp) print_row("16-bit weight copies", d->lowp, "GEMM operands, refreshed after each update");
     print_row("optimizer state", d->optimizer, o->resnet ? "SGD momentum, FP32" : "AdamW m and v, FP32");
-    snprintf(note, sizeof note, "%d activation set%s, %d %s held%s; FP32", d->slots, d->slots > 1 ? "s" : "",
-             d->layers, o->resnet ? "blocks" : "layers", o->checkpointing ? " (their inputs only)" : "");
+    snprintf(note, sizeof note, "%d activation set%s, %d %s held%s; %s", d->slots, d->slots > 1 ? "s" : "",
+             d->layers, o->resnet ? "blocks" : "layers", o->checkpointing ? " (their inputs only)" : "",
+             o->gemm_type == TFB_F32 ? "FP32" : "16-bit and FP32");
     print_row("activations saved for backward", d->activations, note);
     print_row("workspace", d->workspace, o->checkpointing ? "backward temporaries, casts, statistics, recompute"
                                                           : "backward temporaries, 16-bit casts, statistics");

@@ -29,7 +29,9 @@ const char *tfb_dtype_name(tfb_dtype t);
 /* C = alpha * op(A) @ op(B) + beta * C for `batch` matrices, row-major. op(A) is (m, k), op(B) is (k, n), C is
  * (m, n). A and B are of type `in_type`; accumulation is FP32, and so is C unless c_type names in_type's 16-bit
  * type (the result rounded once as it is written, so the op reading it takes half the bytes). Matrix i starts at
- * base + i * stride. */
+ * base + i * stride, or, with groups (batch_inner > 0), at base + (i / batch_inner) * outer + (i % batch_inner) *
+ * stride: attention's (sample, head) pairs read from or written into token-major (N, heads * d) tensors, whose
+ * heads are d apart within a sample and samples s * ld apart. */
 typedef struct {
     int trans_a, trans_b;   /* 0: as stored, 1: transposed */
     int m, n, k;
@@ -41,7 +43,22 @@ typedef struct {
     tfb_dtype in_type;
     int tf32;               /* FP32 inputs only: 1 rounds them to TF32 (10-bit mantissa) as tensor cores do */
     tfb_dtype c_type;       /* TFB_F32 (the zero default), or in_type when that is FP16 or BF16 */
+    int batch_inner;        /* 0: one level; else matrices per group, dividing batch */
+    long long outer_a, outer_b, outer_c; /* with groups: elements from one group's first matrix to the next's */
 } tfb_gemm_desc;
+
+/* Whether a backend can run d: sizes of at least 1, C of FP32 or the input type, groups dividing the batch. */
+static inline int tfb_gemm_desc_valid(const tfb_gemm_desc *d) {
+    if (d->batch < 1 || d->m < 1 || d->n < 1 || d->k < 1) return 0;
+    if (d->c_type != TFB_F32 && d->c_type != d->in_type) return 0;
+    return d->batch_inner == 0 || (d->batch_inner > 0 && d->batch % d->batch_inner == 0);
+}
+
+/* Element offset of matrix i of a GEMM operand (stride, outer) as tfb_gemm_desc says. */
+TFB_HD long long tfb_gemm_offset(const tfb_gemm_desc *d, long long stride, long long outer, int i) {
+    if (d->batch_inner < 1) return i * stride;
+    return (long long)(i / d->batch_inner) * outer + (long long)(i % d->batch_inner) * stride;
+}
 
 /* A 2-D convolution without bias: x (n, c, h, w), filters (k, c, r, s), y (n, k, p, q) in NCHW; in NHWC
  * (channels last) x (n, h, w, c), filters (k, r, s, c), y (n, p, q, k). */

@@ -10,7 +10,8 @@
  * column, the GEMM's time being mostly arithmetic.
  * The p16 rows time attention's softmax on 16-bit scores, probabilities and gradient against the FP32 ones, and
  * the x16 and dx16 rows a sublayer tail reading the projection's 16-bit result and writing its 16-bit gradient
- * against FP32 (and a cast).
+ * against FP32 (and a cast). The grouped rows time attention's GEMMs reading and writing token-major tensors
+ * (GEMMs grouped by sample) against head-major ones with the permutes between.
  * It does not check values: tests/test_ops (CPU) and tests/gpu_check (device against CPU) do.
  * usage: bench_fused [cpu|cuda] [BATCH] [fp16|bf16]   (defaults: cuda 32 fp16)
  */
@@ -224,6 +225,67 @@ static tfb_status ff2_dx_c16(bf *b) { return ff2_dx_from(b, b->dpre16, b->t); }
 static tfb_status ff2_dx_c32(bf *b) { return ff2_dx_from(b, b->dpre, TFB_F32); }
 static tfb_status qkv_c32(bf *b) { return qkv_from(b, b->qkv, TFB_F32); }
 
+/* Attention's GEMMs over (sample, head) pairs in t: an operand's matrix (b, i) at p + b outer + i stride, rows ld
+ * apart. Head-major: (batch, HEADS, SEQ, HD); scores: (batch, HEADS, SEQ, SEQ); token-major: columns of (n, ld). */
+enum { HD = HIDDEN / HEADS };
+typedef struct {
+    const void *p;
+    int ld;
+    long long stride, outer;
+} bf_op;
+static bf_op hm_op(const void *p) { return (bf_op){p, HD, SEQ * HD, HEADS * SEQ * HD}; }
+static bf_op sc_op(const void *p) { return (bf_op){p, SEQ, SEQ * SEQ, HEADS * SEQ * SEQ}; }
+static bf_op tok_op(const bf *b, const void *p, int col, int ld) {
+    return (bf_op){(const char *)p + (size_t)col * tfb_dtype_size(b->t), ld, HD, (long long)SEQ * ld};
+}
+/* grouped by sample unless every operand is head-major (one strided batch), as the BERT layer calls it */
+static tfb_status att_gemm(bf *b, int ta, int tb, int m, int n, int k, bf_op x, bf_op y, bf_op c) {
+    int flat = x.outer == HEADS * x.stride && y.outer == HEADS * y.stride && c.outer == HEADS * c.stride;
+    tfb_gemm_desc d = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f, .a = x.p, .lda = x.ld,
+                       .stride_a = x.stride, .outer_a = x.outer, .b = y.p, .ldb = y.ld, .stride_b = y.stride,
+                       .outer_b = y.outer, .c = (void *)c.p, .ldc = c.ld, .stride_c = c.stride, .outer_c = c.outer,
+                       .batch = b->batch * HEADS, .batch_inner = flat ? 0 : HEADS, .in_type = b->t, .c_type = b->t};
+    return b->be->gemm(b->be->ctx, &d);
+}
+/* head-major (batch, HEADS, SEQ, HD) at hm -> token-major columns col.. of (n, ld) at tok, and back */
+static tfb_status from_hm(bf *b, void *tok, int col, int ld, const void *hm) {
+    return b->be->permute_0213(b->be->ctx, (char *)tok + (size_t)col * tfb_dtype_size(b->t), b->t, (size_t)ld, hm,
+                               b->t, SEQ * HD, NULL, b->batch, HEADS, SEQ, HD);
+}
+/* V, K, Q: blocks 2, 1, 0 of heads16; the probabilities (and their gradient) p16; scratch: din16 (2 x nh fits) */
+static const void *hm_block(const bf *b, int q) { return (const char *)b->heads16 + q * b->nh * tfb_dtype_size(b->t); }
+static void *scratch_block(const bf *b, int q) { return (char *)b->din16 + q * b->nh * tfb_dtype_size(b->t); }
+
+/* the context P V written token-major into y16 by grouped GEMMs, against head-major and a permute */
+static tfb_status ctx_tokens(bf *b) {
+    return att_gemm(b, 0, 0, SEQ, HD, SEQ, sc_op(b->p16), hm_op(hm_block(b, 2)), tok_op(b, b->y16, 0, HIDDEN));
+}
+static tfb_status ctx_heads(bf *b) {
+    TFB_CHECK(att_gemm(b, 0, 0, SEQ, HD, SEQ, sc_op(b->p16), hm_op(hm_block(b, 2)), hm_op(scratch_block(b, 0))));
+    return from_hm(b, b->y16, 0, HIDDEN, scratch_block(b, 0));
+}
+/* attention's backward GEMMs: dP = dO V^T (into att16), dV = P^T dO, dQ = dS K, dK = dS^T Q, dO (dy16) read and
+ * dQ, dK, dV (qkv16) written token-major, against one permute to heads and three back */
+static tfb_status att_bwd_tokens(bf *b) {
+    bf_op dout = tok_op(b, b->dy16, 0, HIDDEN), p = sc_op(b->p16);
+    TFB_CHECK(att_gemm(b, 0, 1, SEQ, SEQ, HD, dout, hm_op(hm_block(b, 2)), sc_op(b->att16)));
+    TFB_CHECK(att_gemm(b, 1, 0, SEQ, HD, SEQ, p, dout, tok_op(b, b->qkv16, 2 * HIDDEN, 3 * HIDDEN)));
+    TFB_CHECK(att_gemm(b, 0, 0, SEQ, HD, SEQ, p, hm_op(hm_block(b, 1)), tok_op(b, b->qkv16, 0, 3 * HIDDEN)));
+    return att_gemm(b, 1, 0, SEQ, HD, SEQ, p, hm_op(hm_block(b, 0)), tok_op(b, b->qkv16, HIDDEN, 3 * HIDDEN));
+}
+static tfb_status att_bwd_heads(bf *b) {
+    bf_op dout = hm_op(scratch_block(b, 0)), p = sc_op(b->p16), out = hm_op(scratch_block(b, 1));
+    TFB_CHECK(b->be->permute_0213(b->be->ctx, scratch_block(b, 0), b->t, SEQ * HD, b->dy16, b->t, HIDDEN, NULL,
+                                  b->batch, SEQ, HEADS, HD));
+    TFB_CHECK(att_gemm(b, 0, 1, SEQ, SEQ, HD, dout, hm_op(hm_block(b, 2)), sc_op(b->att16)));
+    TFB_CHECK(att_gemm(b, 1, 0, SEQ, HD, SEQ, p, dout, out));
+    TFB_CHECK(from_hm(b, b->qkv16, 2 * HIDDEN, 3 * HIDDEN, out.p));
+    TFB_CHECK(att_gemm(b, 0, 0, SEQ, HD, SEQ, p, hm_op(hm_block(b, 1)), out));
+    TFB_CHECK(from_hm(b, b->qkv16, 0, 3 * HIDDEN, out.p));
+    TFB_CHECK(att_gemm(b, 1, 0, SEQ, HD, SEQ, p, hm_op(hm_block(b, 0)), out));
+    return from_hm(b, b->qkv16, HIDDEN, 3 * HIDDEN, out.p);
+}
+
 /* ---- buffers and timing ---- */
 
 /* n floats on the backend, standard normal values from stream `id` */
@@ -307,6 +369,9 @@ static const bf_pair PAIRS[] = {
     {"FF1 gemm c16 + gelu in16", "FF1 gemm (FP32 C) + gelu in FP32", ff1_c16, ff1_c32, NULL, 0, 1},
     {"QKV gemm c16 + 3 permutes in16", "QKV gemm (FP32 C) + 3 permutes in FP32", qkv_c16, qkv_c32, NULL, 0, 3},
     {"FF2 dX gemm c16 + gelu bwd", "FF2 dX gemm (FP32 C) + gelu bwd from FP32", ff2_dx_c16, ff2_dx_c32, NULL, 0, 1},
+    {"attn P V grouped -> tokens", "P V head-major + permute to tokens", ctx_tokens, ctx_heads, NULL, 0, 2},
+    {"attn bwd gemms grouped, tokens", "the 4 gemms head-major + 4 permutes", att_bwd_tokens, att_bwd_heads, NULL,
+     0, 2},
 };
 
 static void bf_row(bf *b, const bf_pair *p) {

@@ -157,8 +157,10 @@ static void check_gemm(int ta, int tb, int batch, tfb_dtype t, int tf32) {
     long long sa = (long long)m * k, sb = (long long)k * n, sc = (long long)m * n;
     pair a = rand_typed((size_t)sa * batch, t), bb = rand_typed((size_t)sb * batch, t), c = rand_f32((size_t)sc * batch, -1, 1);
     char name[40];
-    BOTH(be->gemm(be->ctx, &(tfb_gemm_desc){ta, tb, m, n, k, 0.5f, 0.25f, V(a), lda, sa, V(bb), ldb, sb, F(c), n, sc,
-                                            batch, t, tf32, TFB_F32}));
+    BOTH(be->gemm(be->ctx, &(tfb_gemm_desc){.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 0.5f,
+                                            .beta = 0.25f, .a = V(a), .lda = lda, .stride_a = sa, .b = V(bb),
+                                            .ldb = ldb, .stride_b = sb, .c = F(c), .ldc = n, .stride_c = sc,
+                                            .batch = batch, .in_type = t, .tf32 = tf32}));
     snprintf(name, sizeof name, "gemm %s%s x%d", ta ? "T" : "N", tb ? "T" : "N", batch);
     verdict(name, prec_name(t, tf32), prec_tol(t, tf32), &c, 1);
     release(&a); release(&bb); release(&c);
@@ -174,12 +176,46 @@ static void check_gemm_c16(int ta, int tb, int batch, tfb_dtype t) {
     pair a = rand_typed((size_t)sa * batch, t), bb = rand_typed((size_t)sb * batch, t), c = rand_typed(nc, t);
     pair cw = poisoned(nc);
     char name[40];
-    BOTH(be->gemm(be->ctx, &(tfb_gemm_desc){ta, tb, m, n, k, 0.5f, 0.25f, V(a), lda, sa, V(bb), ldb, sb, V(c), ldc,
-                                            sc, batch, t, 0, t}));
+    BOTH(be->gemm(be->ctx, &(tfb_gemm_desc){.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 0.5f,
+                                            .beta = 0.25f, .a = V(a), .lda = lda, .stride_a = sa, .b = V(bb),
+                                            .ldb = ldb, .stride_b = sb, .c = V(c), .ldc = ldc, .stride_c = sc,
+                                            .batch = batch, .in_type = t, .c_type = t}));
     BOTH(be->cast(be->ctx, F(cw), TFB_F32, V(c), t, nc));
     snprintf(name, sizeof name, "gemm %s%s x%d c16", ta ? "T" : "N", tb ? "T" : "N", batch);
     verdict(name, prec_name(t, 0), TOL_16, &cw, 1);
     release(&a); release(&bb); release(&c); release(&cw);
+}
+
+/* Attention's GEMMs grouped by sample (batch_inner = heads) on a token-major X (NB S, 3W) holding Q, K and V of NA
+ * heads of width D: the scores Q K^T (head-major, into a poisoned C), then P V (ta 0) or P^T V (ta 1), P random,
+ * written
+ * into the heads' columns of a token-major C (NB S, 3W) whose other columns keep their values (beta 0.25 reads
+ * the old C, so an unwritten head element fails too); C in FP32 or, with c16, in the input type. */
+static void check_gemm_grouped(int ta, tfb_dtype t, int c16) {
+    enum { NB = 3, NA = 4, S = 37, D = 16, W = NA * D, LD = 3 * W };
+    size_t nx = (size_t)NB * S * LD, np = (size_t)NB * NA * S * S;
+    tfb_dtype ct = c16 ? t : TFB_F32;
+    pair x = rand_typed(nx, t), p = c16 ? poisoned16(np) : poisoned(np), y = rand_typed(nx, ct);
+    pair pw = poisoned(np), yw = poisoned(nx), pr = rand_typed(np, t);
+    char name[48];
+    BOTH(be->gemm(be->ctx, &(tfb_gemm_desc){.trans_b = 1, .m = S, .n = S, .k = D, .alpha = 0.125f, .a = V(x),
+                                            .lda = LD, .stride_a = D, .outer_a = S * LD, .b = (char *)V(x) + W *
+                                            tfb_dtype_size(t), .ldb = LD, .stride_b = D, .outer_b = S * LD,
+                                            .c = V(p), .ldc = S, .stride_c = S * S, .outer_c = NA * S * S,
+                                            .batch = NB * NA, .in_type = t, .c_type = ct, .batch_inner = NA}));
+    BOTH(be->cast(be->ctx, F(pw), TFB_F32, V(p), ct, np));
+    snprintf(name, sizeof name, "gemm grouped QK^T%s", c16 ? " c16" : "");
+    verdict(name, prec_name(t, 0), prec_tol(t, 0), &pw, 1);
+    BOTH(be->gemm(be->ctx, &(tfb_gemm_desc){.trans_a = ta, .m = S, .n = D, .k = S, .alpha = 1.0f, .beta = 0.25f,
+                                            .a = V(pr), .lda = S, .stride_a = S * S, .outer_a = NA * S * S,
+                                            .b = (char *)V(x) + 2 * W * tfb_dtype_size(t), .ldb = LD, .stride_b = D,
+                                            .outer_b = S * LD, .c = V(y), .ldc = LD, .stride_c = D,
+                                            .outer_c = S * LD, .batch = NB * NA, .in_type = t, .c_type = ct,
+                                            .batch_inner = NA}));
+    BOTH(be->cast(be->ctx, F(yw), TFB_F32, V(y), ct, nx));
+    snprintf(name, sizeof name, "gemm grouped %s->tokens%s", ta ? "P^T V" : "P V", c16 ? " c16" : "");
+    verdict(name, prec_name(t, 0), prec_tol(t, 0), &yw, 1);
+    release(&x); release(&p); release(&y); release(&pw); release(&yw); release(&pr);
 }
 
 static void check_conv(int r, int stride, int pad, tfb_dtype t, int tf32, tfb_layout layout) {
@@ -899,6 +935,7 @@ static void gc_run_all(void) {
         check_gemm(0, 1, 3, types[i], tf32);
         check_gemm(1, 1, 2, types[i], tf32);
         if (types[i] != TFB_F32) check_gemm_c16(0, 1, 1, types[i]), check_gemm_c16(1, 0, 3, types[i]);
+        if (!tf32) check_gemm_grouped(0, types[i], 0), check_gemm_grouped(1, types[i], types[i] != TFB_F32);
         for (int l = 0; l < 2; l++) {
             tfb_layout layout = l ? TFB_NHWC : TFB_NCHW;
             check_conv(3, 1, 1, types[i], tf32, layout);

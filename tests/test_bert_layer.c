@@ -101,8 +101,8 @@ static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
     bert_ctx c = {.be = be, .gemm_type = t, .batch = B, .seq = S, .hidden = H, .heads = A, .ffn = F,
                   .key_len = key_len, .lp_elems = lpn, .master_base = master, .lp_weights = lp};
     for (int i = 0; i < 3; i++) c.lp[i] = calloc(lpn, 2);
-    c.hm = zeros(4 * N * H);
-    bert_layer_acts a = {.qkv = zeros(N * 3 * H), .qkv_hm = zeros(N * 3 * H), .att = zeros(B * A * S * S),
+    c.qkv = zeros(N * 3 * H);
+    bert_layer_acts a = {.qkv_hm = zeros(N * 3 * H), .att = zeros(B * A * S * S),
                          .att_d = zeros(B * A * S * S), .ctx = zeros(N * H), .h1 = zeros(N * H), .ln1_mean = zeros(N),
                          .ln1_rstd = zeros(N), .x1 = zeros(N * H), .u = zeros(N * F), .g = zeros(N * F),
                          .h2 = zeros(N * H), .ln2_mean = zeros(N), .ln2_rstd = zeros(N), .y = zeros(N * H)};

@@ -394,8 +394,10 @@ static double gemm_case_tf32(int ta, int tb, int batch, tfb_dtype t, int tf32, d
         be->cast(be->ctx, a, TFB_F32, a16, t, (size_t)sa * batch);
         be->cast(be->ctx, b, TFB_F32, b16, t, (size_t)sb * batch);
     }
-    tfb_gemm_desc d = {ta, tb, m, n, k, 0.5f, 0.25f, t == TFB_F32 ? (void *)a : a16, lda, sa,
-                       t == TFB_F32 ? (void *)b : b16, ldb, sb, c, ldc, sc, batch, t, tf32, TFB_F32};
+    tfb_gemm_desc d = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 0.5f, .beta = 0.25f,
+                       .a = t == TFB_F32 ? (void *)a : a16, .lda = lda, .stride_a = sa,
+                       .b = t == TFB_F32 ? (void *)b : b16, .ldb = ldb, .stride_b = sb, .c = c, .ldc = ldc,
+                       .stride_c = sc, .batch = batch, .in_type = t, .tf32 = tf32};
     be->gemm(be->ctx, &d);
     double err = 0, err_raw = 0;
     for (int q = 0; q < batch; q++)
@@ -648,6 +650,73 @@ static void gemm_c16_test(tfb_dtype t, const char *name) {
     free(a); free(b); free(c); free(r); free(a16); free(b16); free(c16); free(want);
 }
 
+/* Matrix q's offset in an operand grouped by g matrices (stride apart) whose groups are outer apart: written out
+ * here, apart from kernels/backend.h's. */
+static long long grouped_at(int q, int g, long long stride, long long outer) { return q / g * outer + q % g * stride; }
+
+/* The largest error of d (FP32, alpha 0.5, beta 0.25, grouped by d->batch_inner) against loops; c0 is C before. */
+static double grouped_error(const tfb_gemm_desc *d, const float *c0) {
+    const float *a = d->a, *b = d->b, *c = d->c;
+    double err = 0;
+    int g = d->batch_inner;
+    for (int q = 0; q < d->batch; q++)
+        for (int i = 0; i < d->m; i++)
+            for (int j = 0; j < d->n; j++) {
+                double s = 0;
+                for (int l = 0; l < d->k; l++)
+                    s += (double)elem(a + grouped_at(q, g, d->stride_a, d->outer_a), d->lda, d->trans_a, i, l) *
+                         elem(b + grouped_at(q, g, d->stride_b, d->outer_b), d->ldb, d->trans_b, l, j);
+                long long e = grouped_at(q, g, d->stride_c, d->outer_c) + (long long)i * d->ldc + j;
+                err = fmax(err, fabs(0.5 * s + 0.25 * c0[e] - c[e]));
+            }
+    return err;
+}
+
+/* Attention's GEMMs grouped by sample (batch_inner = heads) on token-major tensors: X (NB S, LD) holds Q, K and V
+ * of NA heads of width D side by side. Scores P = Q K^T (head-major, every operand grouped), then Y = P V written
+ * token-major into the columns of heads of an (NB S, LD) tensor: both against loops, Y's other columns left as
+ * they were; a 16-bit Y is the FP32 one rounded (gaps included), and groups that do not divide the batch are
+ * refused. */
+static void test_gemm_grouped(void) {
+    enum { NB = 2, NA = 3, S = 4, D = 5, W = NA * D, LD = 3 * W + 2, NX = NB * S * LD, NP = NB * NA * S * S };
+    float *x = rand_vec(NX), *p = rand_vec(NP), *p0 = malloc(NP * 4), *y = rand_vec(NX), *y0 = malloc(NX * 4);
+    memcpy(p0, p, NP * 4);
+    memcpy(y0, y, NX * 4);
+    tfb_gemm_desc qk = {.trans_b = 1, .m = S, .n = S, .k = D, .alpha = 0.5f, .beta = 0.25f, .a = x, .lda = LD,
+                        .stride_a = D, .outer_a = S * LD, .b = x + W, .ldb = LD, .stride_b = D, .outer_b = S * LD,
+                        .c = p, .ldc = S, .stride_c = S * S, .outer_c = NA * S * S, .batch = NB * NA,
+                        .batch_inner = NA};
+    int ok = be->gemm(be->ctx, &qk) == TFB_OK;
+    double e_qk = grouped_error(&qk, p0);
+    tfb_gemm_desc pv = {.m = S, .n = D, .k = S, .alpha = 0.5f, .beta = 0.25f, .a = p, .lda = S, .stride_a = S * S,
+                        .outer_a = NA * S * S, .b = x + 2 * W, .ldb = LD, .stride_b = D, .outer_b = S * LD,
+                        .c = y + 1, .ldc = LD, .stride_c = D, .outer_c = S * LD, .batch = NB * NA, .batch_inner = NA};
+    ok &= be->gemm(be->ctx, &pv) == TFB_OK;
+    double e_pv = grouped_error(&pv, y0 + 1);
+    int gaps = 1;
+    for (int r = 0; r < NB * S; r++)
+        for (int j = 0; j < LD; j++)
+            if (j < 1 || j > W) gaps &= y[r * LD + j] == y0[r * LD + j];
+    EXPECT("gemm_grouped_token_major_vs_loops", ok && e_qk < 1e-5 && e_pv < 1e-5 && gaps,
+           "errors %g %g, columns outside the heads %s", e_qk, e_pv, gaps ? "kept" : "written");
+    uint16_t *x16 = malloc(NX * 2), *p16 = malloc(NP * 2), *y16 = malloc(NX * 2), *want = malloc(NX * 2);
+    be->cast(be->ctx, x16, TFB_F16, x, TFB_F32, NX);
+    be->cast(be->ctx, p16, TFB_F16, p, TFB_F32, NP);
+    be->cast(be->ctx, y16, TFB_F16, y0, TFB_F32, NX);
+    be->cast(be->ctx, y, TFB_F32, y16, TFB_F16, NX); /* the reference starts from the same Y */
+    tfb_gemm_desc h = pv;
+    h.a = p16, h.b = x16 + 2 * W, h.c = y + 1, h.in_type = TFB_F16;
+    ok = be->gemm(be->ctx, &h) == TFB_OK;
+    be->cast(be->ctx, want, TFB_F16, y, TFB_F32, NX);
+    h.c = y16 + 1, h.c_type = TFB_F16;
+    ok &= be->gemm(be->ctx, &h) == TFB_OK && memcmp(y16, want, NX * 2) == 0;
+    h.batch_inner = 4;
+    ok &= be->gemm(be->ctx, &h) == TFB_ERR_ARG;
+    EXPECT("gemm_grouped_c16_is_the_fp32_c_rounded", ok, "%s",
+           "the grouped 16-bit C is not the FP32 one rounded, or groups not dividing the batch were taken");
+    free(x); free(p); free(p0); free(y); free(y0); free(x16); free(p16); free(y16); free(want);
+}
+
 /* ---- timing marks: the CPU backend's are the host clock, in order, and an index past the reserve is an error ---- */
 static void test_marks(void) {
     double a = -1, b = -1, back = 1;
@@ -705,6 +774,7 @@ int main(void) {
     typed_in_test(TFB_BF16, "bf16_inputs_of_gelu_fwd_bwd_dout_and_permute_read_as_their_fp32_widening");
     gemm_c16_test(TFB_F16, "gemm_fp16_c_is_the_fp32_c_rounded");
     gemm_c16_test(TFB_BF16, "gemm_bf16_c_is_the_fp32_c_rounded");
+    test_gemm_grouped();
     test_normal_fill();
     be->destroy(be);
     return test_failures ? 1 : 0;

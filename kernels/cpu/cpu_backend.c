@@ -152,9 +152,9 @@ const float *tfb_cpu_as_f32(void *ctx, int slot, const void *p, tfb_dtype t, int
     return dst;
 }
 
-/* Total span in elements covered by all `batch` matrices of one operand. */
-static size_t gemm_span(int rows, int cols, int ld, long long stride, int batch) {
-    return (size_t)stride * (size_t)(batch - 1) + gemm_extent(rows, cols, ld);
+/* Total span in elements covered by all the matrices of one operand (the last one ends it). */
+static size_t gemm_span(const tfb_gemm_desc *d, int rows, int cols, int ld, long long stride, long long outer) {
+    return (size_t)tfb_gemm_offset(d, stride, outer, d->batch - 1) + gemm_extent(rows, cols, ld);
 }
 
 /* Rounds only C's own elements (the rows and matrices the GEMM wrote) from the FP32 copy f into d->c. */
@@ -162,7 +162,7 @@ static void gemm_narrow(const tfb_gemm_desc *d, const float *f) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int i = 0; i < d->batch; i++)
         for (int r = 0; r < d->m; r++) {
-            size_t o = (size_t)i * d->stride_c + (size_t)r * d->ldc;
+            size_t o = (size_t)tfb_gemm_offset(d, d->stride_c, d->outer_c, i) + (size_t)r * d->ldc;
             for (int j = 0; j < d->n; j++) tfb_cpu_store(d->c, d->c_type, o + j, f[o + j]);
         }
 }
@@ -171,9 +171,9 @@ static tfb_status cpu_gemm_widen(void *ctx, const tfb_gemm_desc *d, const float 
     int ar = d->trans_a ? d->k : d->m, ac = d->trans_a ? d->m : d->k;
     int br = d->trans_b ? d->n : d->k, bc = d->trans_b ? d->k : d->n;
     TFB_CHECK_ALLOC(*a = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_GEMM_A, d->a, d->in_type, d->tf32,
-                                        gemm_span(ar, ac, d->lda, d->stride_a, d->batch)));
+                                        gemm_span(d, ar, ac, d->lda, d->stride_a, d->outer_a)));
     TFB_CHECK_ALLOC(*b = tfb_cpu_as_f32(ctx, TFB_CPU_SLOT_GEMM_B, d->b, d->in_type, d->tf32,
-                                        gemm_span(br, bc, d->ldb, d->stride_b, d->batch)));
+                                        gemm_span(d, br, bc, d->ldb, d->stride_b, d->outer_b)));
     return TFB_OK;
 }
 
@@ -181,10 +181,9 @@ static tfb_status cpu_gemm_widen(void *ctx, const tfb_gemm_desc *d, const float 
  * widened first when beta reads it, and rounded back once. */
 static tfb_status cpu_gemm(void *ctx, const tfb_gemm_desc *d) {
     const float *a = d->a, *b = d->b;
-    if (d->batch < 1 || d->m < 1 || d->n < 1 || d->k < 1) return TFB_ERR_ARG;
-    if (d->c_type != TFB_F32 && d->c_type != d->in_type) return TFB_ERR_ARG;
+    if (!tfb_gemm_desc_valid(d)) return TFB_ERR_ARG;
     if (d->in_type != TFB_F32 || d->tf32) TFB_CHECK(cpu_gemm_widen(ctx, d, &a, &b));
-    size_t c_span = gemm_span(d->m, d->n, d->ldc, d->stride_c, d->batch);
+    size_t c_span = gemm_span(d, d->m, d->n, d->ldc, d->stride_c, d->outer_c);
     float *c = d->c;
     if (d->c_type != TFB_F32) {
         TFB_CHECK_ALLOC(c = tfb_cpu_scratch(ctx, TFB_CPU_SLOT_GEMM_C, c_span));
@@ -192,8 +191,9 @@ static tfb_status cpu_gemm(void *ctx, const tfb_gemm_desc *d) {
     }
     for (int i = 0; i < d->batch; i++) {
         cblas_sgemm(CblasRowMajor, d->trans_a ? CblasTrans : CblasNoTrans, d->trans_b ? CblasTrans : CblasNoTrans,
-                    d->m, d->n, d->k, d->alpha, a + i * d->stride_a, d->lda, b + i * d->stride_b, d->ldb, d->beta,
-                    c + i * d->stride_c, d->ldc);
+                    d->m, d->n, d->k, d->alpha, a + tfb_gemm_offset(d, d->stride_a, d->outer_a, i), d->lda,
+                    b + tfb_gemm_offset(d, d->stride_b, d->outer_b, i), d->ldb, d->beta,
+                    c + tfb_gemm_offset(d, d->stride_c, d->outer_c, i), d->ldc);
     }
     if (d->c_type != TFB_F32) gemm_narrow(d, c);
     return TFB_OK;
