@@ -290,7 +290,8 @@ struct tfb_backend {
     tfb_status (*conv_bwd_data)(void *ctx, const tfb_conv_desc *d, void *dx, const void *dy, const void *w);
     /* dw (k, c, r, s) += gradient of the filters */
     tfb_status (*conv_bwd_filter)(void *ctx, const tfb_conv_desc *d, float *dw, const void *x, const void *dy);
-    /* mean, var (c): batch mean and biased variance of x (n, c, hw) per channel (two-pass) */
+    /* mean, var (c): batch mean and biased variance of x (n, c, hw) per channel (two-pass; a backend may take a
+     * 16-bit x in one pass of shifted sums, whose rounding stays far below the 16-bit values' own) */
     tfb_status (*bn_moments)(void *ctx, float *mean, float *var, const void *x, tfb_dtype x_type, int n, int c,
                              int hw);
     /* y (n, c, hw) = x * scale + shift, scale = gamma / sqrt(var + eps), shift = beta - mean * scale

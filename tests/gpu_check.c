@@ -68,15 +68,16 @@ static pair rand_f32(size_t n, float lo, float hi) {
     return t;
 }
 
-/* n values of type t (FP32, FP16 or BF16) in [-1, 1) */
-static pair rand_typed(size_t n, tfb_dtype t) {
-    if (t == TFB_F32) return rand_f32(n, -1, 1);
+/* n values of type t (FP32, FP16 or BF16) in [lo, hi) */
+static pair rand_typed_in(size_t n, tfb_dtype t, float lo, float hi) {
+    if (t == TFB_F32) return rand_f32(n, lo, hi);
     uint16_t *h = malloc(n * sizeof *h);
-    for (size_t i = 0; i < n; i++) h[i] = t == TFB_F16 ? tfb_f32_to_f16(rnd(-1, 1)) : tfb_f32_to_bf16(rnd(-1, 1));
+    for (size_t i = 0; i < n; i++) h[i] = t == TFB_F16 ? tfb_f32_to_f16(rnd(lo, hi)) : tfb_f32_to_bf16(rnd(lo, hi));
     pair p = upload(h, n, 2);
     free(h);
     return p;
 }
+static pair rand_typed(size_t n, tfb_dtype t) { return rand_typed_in(n, t, -1, 1); }
 
 static pair rand_int(size_t n, int lo, int hi) {
     int *h = malloc(n * sizeof *h);
@@ -860,8 +861,11 @@ static void check_batchnorm_16(int n, int c, int hw, tfb_dtype t, const char *ta
     pair dx = poisoned16(nx), dxw = poisoned(nx), dys[2] = {rand_f32(nx, -1, 1), rand_typed(nx, t)};
     const char *p = prec_name(t, 0);
     BOTH(be->bn_moments(be->ctx, F(mean), F(var), V(x), t, n, c, hw));
-    pair mom[2] = {mean, var};
+    pair mom[2] = {mean, var}, xo = rand_typed_in(nx, t, 40, 44);
     verdict(BN_ROW("bn_moments x16"), p, TOL_FP32, mom, 2);
+    BOTH(be->bn_moments(be->ctx, F(mean), F(var), V(xo), t, n, c, hw)); /* a mean ten deviations from 0 */
+    verdict(BN_ROW("bn_moments x16 offset"), p, TOL_FP32, mom, 2);
+    release(&xo);
     BOTH(be->bn_apply(be->ctx, V(y), t, V(x), t, F(mean), F(var), F(g), F(bt), n, c, hw, 1e-5f, 1));
     BOTH(be->cast(be->ctx, F(yw), TFB_F32, V(y), t, nx));
     verdict(BN_ROW("bn_apply_relu x16 y16"), p, TOL_16, &yw, 1);

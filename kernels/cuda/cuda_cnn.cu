@@ -1,5 +1,6 @@
 /* cuda_cnn.cu — the CUDA backend's batch norm (training mode, with the cross-rank sums of synchronised batch norm
- * left to the caller) and pooling, computing what cpu_conv.c computes: two-pass moments, biased batch variance,
+ * left to the caller) and pooling, computing what cpu_conv.c computes: two-pass moments (one pass of shifted sums
+ * for a 16-bit x, whose values carry far fewer bits than the sums' rounding loses), biased batch variance,
  * the same backward formula, max pooling with a saved argmax (index within the image plane) and global average
  * pooling, in FP32, NCHW and NHWC, and a residual block's sum + ReLU. Batch norm reads its input x in FP32 or 16
  * bits (a 16-bit network's convolution outputs) and writes its output in either; statistics and sums are FP32
@@ -223,6 +224,54 @@ __global__ void k_col_sqdev(float *partial_sq, const float *mean, const X *x, in
     if (threadIdx.y == 0 && ch < c) partial_sq[(size_t)ch * splits + blockIdx.y] = ss;
 }
 
+/* One-pass moments of a 16-bit x: each block's sums of x and of (x - k)^2, k being the channel's first value
+ * (image 0, pixel 0: at ch hw in either layout), which every block of the channel reads. */
+__device__ __forceinline__ size_t channel_first(int ch, int hw) { return (size_t)ch * hw; }
+
+template <typename X>
+__global__ void k_bn_sum_sq(float *partial_sum, float *partial_sq, const X *x, int n, int c, int hw, int splits) {
+    int i0, i1, ch = block_planes(n, splits, &i0, &i1);
+    float k = ldf(x, channel_first(ch, hw)), s = 0.0f, ss = 0.0f;
+    const X *base = x + ((size_t)i0 * c + ch) * hw;
+    unsigned count = (unsigned)(i1 - i0) * (unsigned)hw;
+    for (unsigned e = threadIdx.x; e < count; e += blockDim.x) {
+        float v = ldf(base, block_offset(e, hw, c));
+        s += v;
+        ss += (v - k) * (v - k);
+    }
+    s = tfb_block_sum(s);
+    ss = tfb_block_sum(ss);
+    if (threadIdx.x != 0) return;
+    partial_sum[blockIdx.x] = s;
+    partial_sq[blockIdx.x] = ss;
+}
+
+/* The column path's form: block (COL_X channels, COL_Y row lanes), its rows of every channel. */
+template <typename X>
+__global__ void k_col_sum_sq(float *partial_sum, float *partial_sq, const X *x, int rows, int c, int splits) {
+    int r0, r1, ch = col_rows(rows, splits, &r0, &r1);
+    float s = 0.0f, ss = 0.0f;
+    if (ch < c) col_lane<1>(x, (const float *)NULL, ldf(x, channel_first(ch, 1)), r0, r1, c, ch, &s, &ss);
+    s = col_block_sum(s);
+    ss = col_block_sum(ss);
+    if (threadIdx.y != 0 || ch >= c) return;
+    partial_sum[(size_t)ch * splits + blockIdx.y] = s;
+    partial_sq[(size_t)ch * splits + blockIdx.y] = ss;
+}
+
+/* mean = S / count, var = Q / count - (mean - k)^2 in double from the one-pass partials (never below 0). */
+template <typename X>
+__global__ void k_bn_shifted_moments(float *mean, float *var, const float *partial_sum, const float *partial_sq,
+                                     const X *x, int c, int hw, double count, int splits) {
+    TFB_GRID_LOOP(ch, (size_t)c) {
+        double m = channel_total(partial_sum, (int)ch, splits, 1, 0) / count;
+        double d = m - ldf(x, channel_first((int)ch, hw));
+        double v = channel_total(partial_sq, (int)ch, splits, 1, 0) / count - d * d;
+        mean[ch] = (float)m;
+        var[ch] = (float)(v > 0.0 ? v : 0.0);
+    }
+}
+
 /* Partial (sum g, sum g (x - mean)) of the block's rows, g = dy gated by the ReLU (bn_bwd), in the plane kernels'
  * layout. */
 template <typename D, typename X>
@@ -245,12 +294,30 @@ __global__ void k_col_bwd_partial(float *partial, const D *dy, const X *x, bn_bw
 /* 32-bit element indices (and their strides) stay below 2^32 for tensors under 2^31 elements. */
 static int index32(size_t elements) { return elements < ((size_t)1 << 31); }
 
+/* A 16-bit x in one pass (shifted sums): its values carry 8 to 11 significant bits, far above the sums' rounding,
+ * and the pass saves a read of the tensor. */
+template <typename X>
+static tfb_status bn_moments_one_pass(void *ctx, float *mean, float *var, const X *x, int n, int c, int hw) {
+    cuda_ctx *cc = (cuda_ctx *)ctx;
+    float *p;
+    int splits = hw == 1 ? col_split_of(cc, c, n) : split_of(cc, c, n), blocks = c * splits;
+    TFB_CHECK(partials_reserve(cc, c, splits, 2, &p));
+    if (hw == 1) k_col_sum_sq<<<col_grid(c, splits), dim3(COL_X, COL_Y), 0, S(ctx)>>>(p, p + blocks, x, n, c, splits);
+    else k_bn_sum_sq<<<blocks, CH_THREADS, 0, S(ctx)>>>(p, p + blocks, x, n, c, hw, splits);
+    TFB_CHECK_LAUNCH();
+    k_bn_shifted_moments<<<tfb_cuda_blocks((size_t)c), TFB_CUDA_THREADS, 0, S(ctx)>>>(mean, var, p, p + blocks, x, c,
+                                                                                      hw, (double)n * hw, splits);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
 template <typename X>
 static tfb_status bn_moments_typed(void *ctx, float *mean, float *var, const X *x, int n, int c, int hw) {
     cuda_ctx *cc = (cuda_ctx *)ctx;
     float *p;
     if (c < 1 || n < 1) return TFB_OK;
     if (!index32((size_t)n * hw)) return TFB_ERR_ARG; /* one channel of 2^31 values: no network here has one */
+    if (sizeof(X) == 2) return bn_moments_one_pass(ctx, mean, var, x, n, c, hw);
     int splits = hw == 1 ? col_split_of(cc, c, n) : split_of(cc, c, n), blocks = c * splits;
     TFB_CHECK(partials_reserve(cc, c, splits, 2, &p));
     if (hw == 1) {
