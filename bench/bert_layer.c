@@ -4,7 +4,8 @@
  * count per layer does not grow with the batch. Q, K and V are head-major copies (permuted out of the fused (N, 3H)
  * projection, the bias added on the way, and saved for the backward); the context, its gradient and dQ, dK, dV
  * stay token-major ((N, width) tensors, head i of a sample in columns i d .. i d + d - 1), read and written in
- * place by GEMMs grouped by sample (tfb_gemm_desc.batch_inner), with no permute to or from heads. The probabilities and their dropout come from one row pass (attn_softmax_fwd,
+ * place by GEMMs grouped by sample (tfb_gemm_desc.batch_inner), with no permute to or from heads. The
+ * probabilities and their dropout come from one row pass (attn_softmax_fwd,
  * scale and key mask inside), and their gradient from one (attn_softmax_bwd). The scores and the probabilities
  * saved for that backward are in the GEMM type (PyTorch's autocast keeps FP32 probabilities; here the row's
  * arithmetic is FP32 and only the stored values are rounded).
@@ -146,7 +147,8 @@ static tfb_status linear_bwd_op(const bert_ctx *c, float *din, float *dw, float 
 }
 
 /* din = dy W in the GEMM type (a gradient that only element-wise ops or attention's GEMMs read: the context's,
- * GELU's backward; rounded once as the GEMM writes it, as autocast's GEMM gradients are) and dW += dy^T x, dy being the
+ * GELU's backward; rounded once as the GEMM writes it, as autocast's GEMM gradients are) and dW += dy^T x, dy being
+ * the
  * output gradient's GEMM operand; the bias gradient is the caller's. */
 static tfb_status linear_bwd_lp(const bert_ctx *c, void *din, float *dw, const void *dy, const void *x, const float *w,
                                 int n, int in_f, int out_f) {
@@ -264,16 +266,13 @@ static head_operand tokens_of(const heads_view *h, const void *p, int ld) {
     return (head_operand){p, ld, h->d, (long long)h->s * ld};
 }
 
-/* One batched GEMM over all (sample, head) pairs: C_i = op(A_i) op(B_i), C of the GEMM type. Grouped by sample
- * (batch_inner = A) unless every operand is head-major with its samples one after the other, when it is one
- * strided batch. */
+/* One batched GEMM over all (sample, head) pairs, grouped by sample: C_i = op(A_i) op(B_i), C of the GEMM type. */
 static tfb_status heads_gemm(const bert_ctx *c, const heads_view *h, int ta, int tb, int m, int n, int k,
                              head_operand a, head_operand b, head_operand out) {
-    int flat = a.outer == h->A * a.stride && b.outer == h->A * b.stride && out.outer == h->A * out.stride;
     tfb_gemm_desc d = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f, .a = a.p, .lda = a.ld,
                        .stride_a = a.stride, .b = b.p, .ldb = b.ld, .stride_b = b.stride, .c = (void *)out.p,
                        .ldc = out.ld, .stride_c = out.stride, .batch = c->batch * h->A, .in_type = c->gemm_type,
-                       .tf32 = c->tf32, .c_type = c->gemm_type, .batch_inner = flat ? 0 : h->A,
+                       .tf32 = c->tf32, .c_type = c->gemm_type, .batch_inner = h->A,
                        .outer_a = a.outer, .outer_b = b.outer, .outer_c = out.outer};
     return c->be->gemm(c->be->ctx, &d);
 }

@@ -101,7 +101,7 @@ typedef struct {
 typedef struct {
     float *t1, *t2;  /* (N, H) each */
     float *dqkv;     /* (N, 3Hl); FP32 runs only (16-bit runs write it in the GEMM type into ctx->lp[0]) */
-    float *datt;     /* (batch, A, s, s); FP32 runs only (16-bit runs: ctx->lp[2]) */
+    float *datt;     /* (batch, A, s, s); FP32 runs only (16-bit runs: ctx->lp[1]) */
     float *dff;      /* (N, Fl); FP32 runs only (16-bit runs: ctx->lp[1]) */
 } bert_layer_scratch;
 

@@ -238,13 +238,12 @@ static bf_op sc_op(const void *p) { return (bf_op){p, SEQ, SEQ * SEQ, HEADS * SE
 static bf_op tok_op(const bf *b, const void *p, int col, int ld) {
     return (bf_op){(const char *)p + (size_t)col * tfb_dtype_size(b->t), ld, HD, (long long)SEQ * ld};
 }
-/* grouped by sample unless every operand is head-major (one strided batch), as the BERT layer calls it */
+/* grouped by sample, as the BERT layer calls it (all head-major: the backend runs one strided batch) */
 static tfb_status att_gemm(bf *b, int ta, int tb, int m, int n, int k, bf_op x, bf_op y, bf_op c) {
-    int flat = x.outer == HEADS * x.stride && y.outer == HEADS * y.stride && c.outer == HEADS * c.stride;
     tfb_gemm_desc d = {.trans_a = ta, .trans_b = tb, .m = m, .n = n, .k = k, .alpha = 1.0f, .a = x.p, .lda = x.ld,
                        .stride_a = x.stride, .outer_a = x.outer, .b = y.p, .ldb = y.ld, .stride_b = y.stride,
                        .outer_b = y.outer, .c = (void *)c.p, .ldc = c.ld, .stride_c = c.stride, .outer_c = c.outer,
-                       .batch = b->batch * HEADS, .batch_inner = flat ? 0 : HEADS, .in_type = b->t, .c_type = b->t};
+                       .batch = b->batch * HEADS, .batch_inner = HEADS, .in_type = b->t, .c_type = b->t};
     return b->be->gemm(b->be->ctx, &d);
 }
 /* head-major (batch, HEADS, SEQ, HD) at hm -> token-major columns col.. of (n, ld) at tok, and back */

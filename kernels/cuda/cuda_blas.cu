@@ -6,7 +6,8 @@
  * accumulate in FP32 (CUBLAS_COMPUTE_32F) into an FP32 C, or into a C of their own type when the descriptor's
  * c_type asks (cuBLAS rounds it as it writes). A grouped batch (batch_inner) is one pointer-array call
  * (cublasGemmBatchedEx): a small kernel writes the matrices' addresses on the stream first, so the host computes
- * nothing and the launch count does not grow with the batch.
+ * nothing and the launch count does not grow with the batch; groups laid out as one strided batch take the strided
+ * call.
  * Convolution: NCHW or NHWC tensors (NHWC filters (k, r, s, c)) in the input type with FP32 compute. cuDNN's
  * search (cudnnFind*) picks the algorithm once per shape, the first time the shape is seen (a warm-up step), and
  * the plan is cached. A 16-bit output asked for in 16 bits (y_type, dx_type) is written by cuDNN directly; other
@@ -58,10 +59,18 @@ static tfb_status gemm_grouped(cuda_ctx *c, const tfb_gemm_desc *d) {
     return TFB_OK;
 }
 
+/* Groups that need pointer arrays: more than one, not laid out as one strided batch (each operand's groups
+ * batch_inner strides apart, as head-major blocks of consecutive samples are). */
+static int gemm_needs_groups(const tfb_gemm_desc *d) {
+    long long g = d->batch_inner;
+    if (g < 1 || g >= d->batch) return 0;
+    return d->outer_a != g * d->stride_a || d->outer_b != g * d->stride_b || d->outer_c != g * d->stride_c;
+}
+
 static tfb_status cuda_gemm(void *ctx, const tfb_gemm_desc *d) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     if (!tfb_gemm_desc_valid(d)) return TFB_ERR_ARG;
-    if (d->batch_inner > 0 && d->batch_inner < d->batch) return gemm_grouped(c, d);
+    if (gemm_needs_groups(d)) return gemm_grouped(c, d);
     cudaDataType_t t = blas_type(d->in_type);
     TFB_CHECK_CUBLAS(cublasGemmStridedBatchedEx(
         c->blas, d->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, d->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, d->n, d->m, d->k,
