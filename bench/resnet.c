@@ -727,13 +727,20 @@ static tfb_status head_fwd(resnet_model *m, rn_net *net, const float *x, int hw,
     return TFB_OK;
 }
 
+/* The stem's 3 x 3, stride 2 max pool of the stem convolution's output. */
+static tfb_pool_desc stem_pool(const resnet_model *m, const rn_net *net) {
+    const tfb_conv_desc *d = &net->stem.cd;
+    tfb_pool_desc p = {.n = d->n, .c = d->k, .h = d->p, .w = d->q, .r = 3, .stride = 2, .pad = 1, .p = m->pool_p,
+                       .q = m->pool_q, .layout = m->layout};
+    return p;
+}
+
 /* The stem's output (pooled when the model pools it), of type net->stem.y_type. */
 static const void *stem_fwd(resnet_model *m, rn_net *net, tfb_status *st) {
     *st = unit_fwd(m, &net->stem, net->images, TFB_F32);
     if (*st != TFB_OK || !m->cfg.stem_pool) return net->stem.y;
-    const tfb_conv_desc *d = &net->stem.cd;
-    *st = m->be->maxpool_fwd(m->be->ctx, net->pooled_stem, net->argmax, net->stem.y, net->stem.y_type, d->n, d->k,
-                             d->p, d->q, 3, 2, 1, m->pool_p, m->pool_q, m->layout);
+    tfb_pool_desc d = stem_pool(m, net);
+    *st = m->be->maxpool_fwd(m->be->ctx, net->pooled_stem, net->argmax, net->stem.y, net->stem.y_type, &d);
     return net->pooled_stem;
 }
 
@@ -888,15 +895,14 @@ static tfb_status head_bwd(resnet_model *m, rn_net *net, float loss_scale, float
     return be->avgpool_bwd(be->ctx, g, net->pooled, n, C / m->T, hw, m->layout);
 }
 
-/* g: the gradient of the stem's (pooled) output, of the stem's output type; work: FP32 room for the unpooled one */
+/* g: the gradient of the stem's (pooled) output, of the stem's output type; work: room for the unpooled one,
+ * which keeps that type */
 static tfb_status stem_bwd(resnet_model *m, rn_net *net, const void *g, float *work) {
-    const tfb_conv_desc *d = &net->stem.cd;
     tfb_dtype gt = net->stem.y_type;
     if (m->cfg.stem_pool) {
-        TFB_CHECK(m->be->maxpool_bwd(m->be->ctx, work, g, gt, net->argmax, d->n, d->k, d->p * d->q,
-                                     m->pool_p * m->pool_q, m->layout));
+        tfb_pool_desc d = stem_pool(m, net);
+        TFB_CHECK(m->be->maxpool_bwd(m->be->ctx, work, gt, g, gt, net->argmax, &d));
         g = work;
-        gt = TFB_F32;
     }
     return unit_bwd(m, &net->stem, g, gt, NULL); /* the first layer needs no input gradient */
 }

@@ -75,6 +75,15 @@ typedef struct {
     int tf32;               /* as in tfb_gemm_desc */
 } tfb_conv_desc;
 
+/* A max pool: x (n, c, h, w) into y (n, c, p, q) (NHWC: (n, h, w, c) into (n, p, q, c)), window r x r, stride, pad
+ * (padding never wins: each window holds at least one element of x). */
+typedef struct {
+    int n, c, h, w;
+    int r, stride, pad;
+    int p, q;               /* (h + 2 pad - r) / stride + 1, likewise q */
+    tfb_layout layout;
+} tfb_pool_desc;
+
 typedef struct {
     float lr, momentum, weight_decay;
     float grad_scale;       /* as for AdamW */
@@ -331,13 +340,13 @@ struct tfb_backend {
      * no ReLU. Summed in FP32, rounded once; din may alias a or b when of the same type. */
     tfb_status (*add_relu_bwd)(void *ctx, void *din, tfb_dtype din_type, const void *a, tfb_dtype a_type,
                                const void *b, tfb_dtype b_type, const void *y, tfb_dtype y_type, size_t n);
-    /* max pool of x (n, c, h, w) into y (n, c, p, q) (both in `layout` order and of type t), window r x r,
-     * stride, pad; argmax (like y) saved: the index within the image plane, ih * w + iw */
-    tfb_status (*maxpool_fwd)(void *ctx, void *y, int *argmax, const void *x, tfb_dtype t, int n, int c, int h,
-                              int w, int r, int stride, int pad, int p, int q, tfb_layout layout);
-    /* dx (n, c, h, w) = scatter of dy (of dy_type) through argmax (overwrites); FP32, as overlapping windows add */
-    tfb_status (*maxpool_bwd)(void *ctx, float *dx, const void *dy, tfb_dtype dy_type, const int *argmax, int n,
-                              int c, int hw, int pq, tfb_layout layout);
+    /* y = max pool of x (both of type t); argmax (like y) saved: the index within the image plane, ih * w + iw, of
+     * the window's first largest value */
+    tfb_status (*maxpool_fwd)(void *ctx, void *y, int *argmax, const void *x, tfb_dtype t, const tfb_pool_desc *d);
+    /* dx (of dx_type, overwritten) = for each element of x, the sum of the dy (of dy_type) whose window's argmax
+     * it is, added in FP32 in output order (row, then column) and rounded once: deterministic */
+    tfb_status (*maxpool_bwd)(void *ctx, void *dx, tfb_dtype dx_type, const void *dy, tfb_dtype dy_type,
+                              const int *argmax, const tfb_pool_desc *d);
     /* y (n, c) = mean of x (n, c, hw) (NHWC: (n, hw, c)) over hw */
     tfb_status (*avgpool_fwd)(void *ctx, float *y, const float *x, int n, int c, int hw, tfb_layout layout);
     /* dx (n, c, hw) (NHWC: (n, hw, c)) = dy (n, c) / hw */

@@ -188,16 +188,15 @@ static void check_gemm_c16(int ta, int tb, int batch, tfb_dtype t) {
 }
 
 /* Attention's GEMMs grouped by sample (batch_inner = heads) on a token-major X (NB S, 3W) holding Q, K and V of NA
- * heads of width D: the scores Q K^T (head-major, into a poisoned C), then P V (ta 0) or P^T V (ta 1), P random,
- * written
- * into the heads' columns of a token-major C (NB S, 3W) whose other columns keep their values (beta 0.25 reads
- * the old C, so an unwritten head element fails too); C in FP32 or, with c16, in the input type. */
-static void check_gemm_grouped(int ta, tfb_dtype t, int c16) {
-    enum { NB = 3, NA = 4, S = 37, D = 16, W = NA * D, LD = 3 * W };
+ * heads of width D. C in FP32 or, with c16, in the input type. */
+enum { GG_NB = 3, GG_NA = 4, GG_S = 37, GG_D = 16, GG_W = GG_NA * GG_D, GG_LD = 3 * GG_W };
+
+/* The scores Q K^T, head-major, into a poisoned C. */
+static void check_gemm_grouped_scores(tfb_dtype t, int c16) {
+    enum { NB = GG_NB, NA = GG_NA, S = GG_S, D = GG_D, W = GG_W, LD = GG_LD };
     size_t nx = (size_t)NB * S * LD, np = (size_t)NB * NA * S * S;
     tfb_dtype ct = c16 ? t : TFB_F32;
-    pair x = rand_typed(nx, t), p = c16 ? poisoned16(np) : poisoned(np), y = rand_typed(nx, ct);
-    pair pw = poisoned(np), yw = poisoned(nx), pr = rand_typed(np, t);
+    pair x = rand_typed(nx, t), p = c16 ? poisoned16(np) : poisoned(np), pw = poisoned(np);
     char name[48];
     BOTH(be->gemm(be->ctx, &(tfb_gemm_desc){.trans_b = 1, .m = S, .n = S, .k = D, .alpha = 0.125f, .a = V(x),
                                             .lda = LD, .stride_a = D, .outer_a = S * LD, .b = (char *)V(x) + W *
@@ -207,6 +206,17 @@ static void check_gemm_grouped(int ta, tfb_dtype t, int c16) {
     BOTH(be->cast(be->ctx, F(pw), TFB_F32, V(p), ct, np));
     snprintf(name, sizeof name, "gemm grouped QK^T%s", c16 ? " c16" : "");
     verdict(name, prec_name(t, 0), prec_tol(t, 0), &pw, 1);
+    release(&x); release(&p); release(&pw);
+}
+
+/* P V (ta 0) or P^T V (ta 1), P random, written into the heads' columns of a token-major C (NB S, 3W) whose other
+ * columns keep their values (beta 0.25 reads the old C, so an unwritten head element fails too). */
+static void check_gemm_grouped_tokens(int ta, tfb_dtype t, int c16) {
+    enum { NB = GG_NB, NA = GG_NA, S = GG_S, D = GG_D, W = GG_W, LD = GG_LD };
+    size_t nx = (size_t)NB * S * LD, np = (size_t)NB * NA * S * S;
+    tfb_dtype ct = c16 ? t : TFB_F32;
+    pair x = rand_typed(nx, t), y = rand_typed(nx, ct), yw = poisoned(nx), pr = rand_typed(np, t);
+    char name[48];
     BOTH(be->gemm(be->ctx, &(tfb_gemm_desc){.trans_a = ta, .m = S, .n = D, .k = S, .alpha = 1.0f, .beta = 0.25f,
                                             .a = V(pr), .lda = S, .stride_a = S * S, .outer_a = NA * S * S,
                                             .b = (char *)V(x) + 2 * W * tfb_dtype_size(t), .ldb = LD, .stride_b = D,
@@ -216,7 +226,16 @@ static void check_gemm_grouped(int ta, tfb_dtype t, int c16) {
     BOTH(be->cast(be->ctx, F(yw), TFB_F32, V(y), ct, nx));
     snprintf(name, sizeof name, "gemm grouped %s->tokens%s", ta ? "P^T V" : "P V", c16 ? " c16" : "");
     verdict(name, prec_name(t, 0), prec_tol(t, 0), &yw, 1);
-    release(&x); release(&p); release(&y); release(&pw); release(&yw); release(&pr);
+    release(&x); release(&y); release(&yw); release(&pr);
+}
+
+/* Each grouped GEMM with an FP32 C; in 16 bits, the scores and P^T V again with a 16-bit C. */
+static void check_gemm_grouped(tfb_dtype t) {
+    int c16 = t != TFB_F32;
+    check_gemm_grouped_scores(t, 0);
+    check_gemm_grouped_tokens(0, t, 0);
+    if (c16) check_gemm_grouped_scores(t, 1);
+    check_gemm_grouped_tokens(1, t, c16);
 }
 
 static void check_conv(int r, int stride, int pad, tfb_dtype t, int tf32, tfb_layout layout) {
@@ -907,19 +926,26 @@ static void check_pooling(int c, tfb_layout layout) {
     const char *lay = layout == TFB_NHWC ? " nhwc" : "";
     char name[40];
 #define POOL_ROW(op) (snprintf(name, sizeof name, "%s%s", op, lay), name)
+    tfb_pool_desc d = {.n = n, .c = c, .h = h, .w = w, .r = r, .stride = stride, .pad = pad, .p = p, .q = p,
+                       .layout = layout};
     pair x = rand_f32(nx, -1, 1), y = poisoned(ny), arg = poisoned(ny), dy = rand_f32(ny, -1, 1), dx = poisoned(nx);
-    BOTH(be->maxpool_fwd(be->ctx, F(y), I(arg), F(x), TFB_F32, n, c, h, w, r, stride, pad, p, p, layout));
+    BOTH(be->maxpool_fwd(be->ctx, F(y), I(arg), F(x), TFB_F32, &d));
     verdict(POOL_ROW("maxpool_fwd"), "fp32", TOL_FP32, &y, 1);
-    BOTH(be->maxpool_bwd(be->ctx, F(dx), F(dy), TFB_F32, I(arg), n, c, h * w, p * p, layout));
+    /* overlapping windows: up to four dy add into one dx, in the same order on both backends */
+    BOTH(be->maxpool_bwd(be->ctx, F(dx), TFB_F32, F(dy), TFB_F32, I(arg), &d));
     verdict(POOL_ROW("maxpool_bwd"), "fp32", TOL_FP32, &dx, 1);
     if (c > 8) { /* a 16-bit stem output and its gradient (NHWC), as a 16-bit ResNet pools them */
         pair x16 = rand_typed(nx, TFB_F16), y16 = poisoned16(ny), yw = poisoned(ny), dy16 = rand_typed(ny, TFB_F16);
-        BOTH(be->maxpool_fwd(be->ctx, V(y16), I(arg), V(x16), TFB_F16, n, c, h, w, r, stride, pad, p, p, layout));
+        pair dx16 = poisoned16(nx);
+        BOTH(be->maxpool_fwd(be->ctx, V(y16), I(arg), V(x16), TFB_F16, &d));
         BOTH(be->cast(be->ctx, F(yw), TFB_F32, V(y16), TFB_F16, ny));
         verdict(POOL_ROW("maxpool_fwd x16"), "fp16", TOL_16, &yw, 1);
-        BOTH(be->maxpool_bwd(be->ctx, F(dx), V(dy16), TFB_F16, I(arg), n, c, h * w, p * p, layout));
+        BOTH(be->maxpool_bwd(be->ctx, F(dx), TFB_F32, V(dy16), TFB_F16, I(arg), &d));
         verdict(POOL_ROW("maxpool_bwd dy16"), "fp16", TOL_FP32, &dx, 1);
-        release(&x16); release(&y16); release(&yw); release(&dy16);
+        BOTH(be->maxpool_bwd(be->ctx, V(dx16), TFB_F16, V(dy16), TFB_F16, I(arg), &d));
+        BOTH(be->cast(be->ctx, F(dx), TFB_F32, V(dx16), TFB_F16, nx)); /* one FP32 sum, rounded alike */
+        verdict(POOL_ROW("maxpool_bwd dx16"), "fp16", TOL_FP32, &dx, 1);
+        release(&x16); release(&y16); release(&yw); release(&dy16); release(&dx16);
     }
     pair ay = poisoned((size_t)n * c), adx = poisoned(nx);
     BOTH(be->avgpool_fwd(be->ctx, F(ay), F(x), n, c, h * w, layout));
@@ -939,7 +965,7 @@ static void gc_run_all(void) {
         check_gemm(0, 1, 3, types[i], tf32);
         check_gemm(1, 1, 2, types[i], tf32);
         if (types[i] != TFB_F32) check_gemm_c16(0, 1, 1, types[i]), check_gemm_c16(1, 0, 3, types[i]);
-        if (!tf32) check_gemm_grouped(0, types[i], 0), check_gemm_grouped(1, types[i], types[i] != TFB_F32);
+        if (!tf32) check_gemm_grouped(types[i]);
         for (int l = 0; l < 2; l++) {
             tfb_layout layout = l ? TFB_NHWC : TFB_NCHW;
             check_conv(3, 1, 1, types[i], tf32, layout);

@@ -193,9 +193,18 @@ static void test_bn_moments_merge(int R) {
 
 /* ---- pooling ---- */
 typedef struct { int n, c, h, w, p, q; float *x, *y, *r; int *arg; } pool_case;
+
+/* The stem's 3 x 3, stride 2, pad 1 max pool of (n, c, h, w) into (p, q). */
+static tfb_pool_desc pool3(int n, int c, int h, int w, int p, int q, tfb_layout layout) {
+    tfb_pool_desc d = {.n = n, .c = c, .h = h, .w = w, .r = 3, .stride = 2, .pad = 1, .p = p, .q = q,
+                       .layout = layout};
+    return d;
+}
+
 static double maxpool_loss(void *p) {
     pool_case *c = p;
-    be->maxpool_fwd(be->ctx, c->y, c->arg, c->x, TFB_F32, c->n, c->c, c->h, c->w, 3, 2, 1, c->p, c->q, TFB_NCHW);
+    tfb_pool_desc d = pool3(c->n, c->c, c->h, c->w, c->p, c->q, TFB_NCHW);
+    be->maxpool_fwd(be->ctx, c->y, c->arg, c->x, TFB_F32, &d);
     return dot(c->y, c->r, (size_t)c->n * c->c * c->p * c->q);
 }
 static double avgpool_loss(void *p) {
@@ -214,7 +223,8 @@ static void test_pools(void) {
         float t = c.x[i]; c.x[i] = c.x[j]; c.x[j] = t;
     }
     maxpool_loss(&c);
-    be->maxpool_bwd(be->ctx, dx, c.r, TFB_F32, c.arg, c.n, c.c, 72, 20, TFB_NCHW);
+    tfb_pool_desc d = pool3(c.n, c.c, c.h, c.w, c.p, c.q, TFB_NCHW);
+    be->maxpool_bwd(be->ctx, dx, TFB_F32, c.r, TFB_F32, c.arg, &d);
     double e = fd_error(c.x, nx, dx, maxpool_loss, &c);
     EXPECT("maxpool_3x3_s2_p1_odd_vs_fd", e < FD_TOL, "rel err %g", e);
     be->avgpool_bwd(be->ctx, dx, c.r, c.n, c.c, 72, TFB_NCHW);
@@ -276,13 +286,14 @@ static void pools_nhwc_test(void) {
     float *x = rand_vec(N * C * HW), *dy = rand_vec(N * C * PQ), y[N * C * PQ], dx[N * C * HW], ay[N * C];
     float ydx[N * C * HW], yl[N * C * PQ], dxl[N * C * HW], ayl[N * C], adxl[N * C * HW];
     int arg[N * C * PQ], argl[N * C * PQ];
-    be->maxpool_fwd(be->ctx, y, arg, x, TFB_F32, N, C, H, W, 3, 2, 1, P, Q, TFB_NCHW);
-    be->maxpool_bwd(be->ctx, dx, dy, TFB_F32, arg, N, C, HW, PQ, TFB_NCHW);
+    tfb_pool_desc d = pool3(N, C, H, W, P, Q, TFB_NCHW), dl = pool3(N, C, H, W, P, Q, TFB_NHWC);
+    be->maxpool_fwd(be->ctx, y, arg, x, TFB_F32, &d);
+    be->maxpool_bwd(be->ctx, dx, TFB_F32, dy, TFB_F32, arg, &d);
     be->avgpool_fwd(be->ctx, ay, x, N, C, HW, TFB_NCHW);
     be->avgpool_bwd(be->ctx, ydx, ay, N, C, HW, TFB_NCHW);
     float *xl = reorder(x, N, C, HW, 1), *dyl = reorder(dy, N, C, PQ, 1);
-    be->maxpool_fwd(be->ctx, yl, argl, xl, TFB_F32, N, C, H, W, 3, 2, 1, P, Q, TFB_NHWC);
-    be->maxpool_bwd(be->ctx, dxl, dyl, TFB_F32, argl, N, C, HW, PQ, TFB_NHWC);
+    be->maxpool_fwd(be->ctx, yl, argl, xl, TFB_F32, &dl);
+    be->maxpool_bwd(be->ctx, dxl, TFB_F32, dyl, TFB_F32, argl, &dl);
     be->avgpool_fwd(be->ctx, ayl, xl, N, C, HW, TFB_NHWC);
     be->avgpool_bwd(be->ctx, adxl, ayl, N, C, HW, TFB_NHWC);
     float *yb = reorder(yl, N, C, PQ, 0), *dxb = reorder(dxl, N, C, HW, 0), *adxb = reorder(adxl, N, C, HW, 0);
@@ -298,23 +309,28 @@ static void pools_nhwc_test(void) {
 }
 
 /* Max pooling of a 16-bit stem output in either layout: y (and argmax) equal to the FP32 op's on the widened x,
- * and the backward from a 16-bit dy equal to the FP32 backward from the widened dy. */
+ * the backward from a 16-bit dy equal to the FP32 backward from the widened dy, and its 16-bit dx that backward
+ * rounded. */
 static void pools_16bit_test(tfb_dtype t, tfb_layout layout, const char *name) {
     enum { N = 2, C = 5, H = 9, W = 8, P = 5, Q = 4, HW = H * W, PQ = P * Q };
     float *x = rand_vec(N * C * HW), *dy = rand_vec(N * C * PQ), y[N * C * PQ], dx[2][N * C * HW];
-    uint16_t x16[N * C * HW], y16[N * C * PQ], yr[N * C * PQ], dy16[N * C * PQ];
+    uint16_t x16[N * C * HW], y16[N * C * PQ], yr[N * C * PQ], dy16[N * C * PQ], dx16[N * C * HW], dxr[N * C * HW];
     int arg[2][N * C * PQ];
+    tfb_pool_desc d = pool3(N, C, H, W, P, Q, layout);
     be->cast(be->ctx, x16, t, x, TFB_F32, N * C * HW);
     be->cast(be->ctx, x, TFB_F32, x16, t, N * C * HW);
     be->cast(be->ctx, dy16, t, dy, TFB_F32, N * C * PQ);
     be->cast(be->ctx, dy, TFB_F32, dy16, t, N * C * PQ);
-    be->maxpool_fwd(be->ctx, y, arg[0], x, TFB_F32, N, C, H, W, 3, 2, 1, P, Q, layout);
-    be->maxpool_fwd(be->ctx, y16, arg[1], x16, t, N, C, H, W, 3, 2, 1, P, Q, layout);
-    be->maxpool_bwd(be->ctx, dx[0], dy, TFB_F32, arg[0], N, C, HW, PQ, layout);
-    be->maxpool_bwd(be->ctx, dx[1], dy16, t, arg[0], N, C, HW, PQ, layout);
+    be->maxpool_fwd(be->ctx, y, arg[0], x, TFB_F32, &d);
+    be->maxpool_fwd(be->ctx, y16, arg[1], x16, t, &d);
+    be->maxpool_bwd(be->ctx, dx[0], TFB_F32, dy, TFB_F32, arg[0], &d);
+    be->maxpool_bwd(be->ctx, dx[1], TFB_F32, dy16, t, arg[0], &d);
+    memset(dx16, 0xff, sizeof dx16); /* NaN: an unwritten element fails */
+    be->maxpool_bwd(be->ctx, dx16, t, dy16, t, arg[0], &d);
     be->cast(be->ctx, yr, t, y, TFB_F32, N * C * PQ);
+    be->cast(be->ctx, dxr, t, dx[0], TFB_F32, N * C * HW);
     int same = !memcmp(y16, yr, sizeof yr) && !memcmp(arg[0], arg[1], sizeof arg[0]) &&
-               tfb_rel_error(dx[0], dx[1], N * C * HW) == 0;
+               tfb_rel_error(dx[0], dx[1], N * C * HW) == 0 && !memcmp(dx16, dxr, sizeof dxr);
     EXPECT(name, same, "16-bit max pool differs from FP32 on the widened values");
     free(x); free(dy);
 }
@@ -476,8 +492,8 @@ int main(void) {
     conv_nhwc_test(40, 3, 9, 4, 3, 1, 1, TFB_F32); /* several GEMM groups of images */
     conv_nhwc_test(2, 3, 7, 4, 3, 2, 1, TFB_F16);
     pools_nhwc_test();
-    pools_16bit_test(TFB_F16, TFB_NCHW, "maxpool_fp16_x_y_dy_nchw");
-    pools_16bit_test(TFB_BF16, TFB_NHWC, "maxpool_bf16_x_y_dy_nhwc");
+    pools_16bit_test(TFB_F16, TFB_NCHW, "maxpool_fp16_x_y_dy_dx_nchw");
+    pools_16bit_test(TFB_BF16, TFB_NHWC, "maxpool_bf16_x_y_dy_dx_nhwc");
     bn_nhwc_test();
     test_batchnorm();
     bn_relu_bwd_test(3, 4, 5, "batchnorm_bwd_fused_relu_and_16bit_dx_nchw");

@@ -37,9 +37,8 @@ tfb_status tfb_cpu_conv_fwd_nhwc(void *ctx, const tfb_conv_desc *d, float *y, co
 tfb_status tfb_cpu_conv_bwd_data_nhwc(void *ctx, const tfb_conv_desc *d, float *dx, const float *dy, const float *w);
 tfb_status tfb_cpu_conv_bwd_filter_nhwc(void *ctx, const tfb_conv_desc *d, float *dw, const float *x,
                                         const float *dy);
-tfb_status tfb_cpu_maxpool_fwd_nhwc(float *y, int *argmax, const float *x, int n, int c, int h, int w, int r,
-                                    int stride, int pad, int p, int q);
-tfb_status tfb_cpu_maxpool_bwd_nhwc(float *dx, const float *dy, const int *argmax, int n, int c, int hw, int pq);
+tfb_status tfb_cpu_maxpool_fwd_nhwc(float *y, int *argmax, const float *x, const tfb_pool_desc *d);
+tfb_status tfb_cpu_maxpool_bwd_nhwc(float *dx, const float *dy, const int *argmax, const tfb_pool_desc *d);
 tfb_status tfb_cpu_avgpool_fwd_nhwc(float *y, const float *x, int n, int c, int hw);
 tfb_status tfb_cpu_avgpool_bwd_nhwc(float *dx, const float *dy, int n, int c, int hw);
 /* ... and batch norm's ops on (rows, c) tensors, what the ops of the same names compute for hw == 1 */

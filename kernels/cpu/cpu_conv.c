@@ -362,19 +362,19 @@ static tfb_status cpu_bn_running_update(void *ctx, float *run_mean, float *run_v
     return TFB_OK;
 }
 
-static tfb_status maxpool_fwd_f32(float *y, int *argmax, const float *x, int n, int c, int h, int w, int r,
-                                  int stride, int pad, int p, int q, tfb_layout layout) {
-    if (layout == TFB_NHWC) return tfb_cpu_maxpool_fwd_nhwc(y, argmax, x, n, c, h, w, r, stride, pad, p, q);
+static tfb_status maxpool_fwd_f32(float *y, int *argmax, const float *x, const tfb_pool_desc *d) {
+    int h = d->h, w = d->w, p = d->p, q = d->q;
+    if (d->layout == TFB_NHWC) return tfb_cpu_maxpool_fwd_nhwc(y, argmax, x, d);
 #pragma omp parallel for schedule(static)
-    for (int plane = 0; plane < n * c; plane++) {
+    for (int plane = 0; plane < d->n * d->c; plane++) {
         const float *in = x + (size_t)plane * h * w;
         for (int i = 0; i < p; i++)
             for (int j = 0; j < q; j++) {
                 float best = -INFINITY;
                 int arg = -1;
-                for (int a = 0; a < r; a++)
-                    for (int b = 0; b < r; b++) {
-                        int ih = i * stride - pad + a, iw = j * stride - pad + b;
+                for (int a = 0; a < d->r; a++)
+                    for (int b = 0; b < d->r; b++) {
+                        int ih = i * d->stride - d->pad + a, iw = j * d->stride - d->pad + b;
                         if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
                         if (in[ih * w + iw] > best || arg < 0) { best = in[ih * w + iw]; arg = ih * w + iw; }
                     }
@@ -387,27 +387,35 @@ static tfb_status maxpool_fwd_f32(float *y, int *argmax, const float *x, int n, 
 }
 
 /* 16-bit x is widened and the FP32 maximum rounded back: exactly the 16-bit maximum (rounding is monotone). */
-static tfb_status cpu_maxpool_fwd(void *ctx, void *y, int *argmax, const void *x, tfb_dtype t, int n, int c, int h,
-                                  int w, int r, int stride, int pad, int p, int q, tfb_layout layout) {
-    const float *x32 = typed_input(ctx, TFB_CPU_SLOT_BN_X, x, t, n, c, h * w);
-    float *y32 = typed_output(ctx, y, t, n, c, p * q);
+static tfb_status cpu_maxpool_fwd(void *ctx, void *y, int *argmax, const void *x, tfb_dtype t,
+                                  const tfb_pool_desc *d) {
+    const float *x32 = typed_input(ctx, TFB_CPU_SLOT_BN_X, x, t, d->n, d->c, d->h * d->w);
+    float *y32 = typed_output(ctx, y, t, d->n, d->c, d->p * d->q);
     if (!x32 || !y32) return TFB_ERR_NOMEM;
-    TFB_CHECK(maxpool_fwd_f32(y32, argmax, x32, n, c, h, w, r, stride, pad, p, q, layout));
-    return typed_output_store(y, t, y32, n, c, p * q);
+    TFB_CHECK(maxpool_fwd_f32(y32, argmax, x32, d));
+    return typed_output_store(y, t, y32, d->n, d->c, d->p * d->q);
 }
 
-static tfb_status cpu_maxpool_bwd(void *ctx, float *dx, const void *dyt, tfb_dtype dy_type, const int *argmax, int n,
-                                  int c, int hw, int pq, tfb_layout layout) {
-    const float *dy = typed_input(ctx, TFB_CPU_SLOT_BN_DY, dyt, dy_type, n, c, pq);
-    TFB_CHECK_ALLOC(dy);
-    if (layout == TFB_NHWC) return tfb_cpu_maxpool_bwd_nhwc(dx, dy, argmax, n, c, hw, pq);
+/* A scatter in output order into FP32, so each dx element adds its dy in the order the CUDA gather does. */
+static tfb_status maxpool_bwd_f32(float *dx, const float *dy, const int *argmax, const tfb_pool_desc *d) {
+    int hw = d->h * d->w, pq = d->p * d->q;
+    if (d->layout == TFB_NHWC) return tfb_cpu_maxpool_bwd_nhwc(dx, dy, argmax, d);
 #pragma omp parallel for schedule(static)
-    for (int plane = 0; plane < n * c; plane++) {
+    for (int plane = 0; plane < d->n * d->c; plane++) {
         float *out = dx + (size_t)plane * hw;
         memset(out, 0, (size_t)hw * sizeof(float));
         for (int o = 0; o < pq; o++) out[argmax[(size_t)plane * pq + o]] += dy[(size_t)plane * pq + o];
     }
     return TFB_OK;
+}
+
+static tfb_status cpu_maxpool_bwd(void *ctx, void *dx, tfb_dtype dx_type, const void *dyt, tfb_dtype dy_type,
+                                  const int *argmax, const tfb_pool_desc *d) {
+    const float *dy = typed_input(ctx, TFB_CPU_SLOT_BN_DY, dyt, dy_type, d->n, d->c, d->p * d->q);
+    float *dx32 = typed_output(ctx, dx, dx_type, d->n, d->c, d->h * d->w);
+    if (!dy || !dx32) return TFB_ERR_NOMEM;
+    TFB_CHECK(maxpool_bwd_f32(dx32, dy, argmax, d));
+    return typed_output_store(dx, dx_type, dx32, d->n, d->c, d->h * d->w);
 }
 
 static tfb_status cpu_avgpool_fwd(void *ctx, float *y, const float *x, int n, int c, int hw, tfb_layout layout) {

@@ -129,36 +129,39 @@ tfb_status tfb_cpu_conv_bwd_filter_nhwc(void *ctx, const tfb_conv_desc *d, float
 
 /* ---- pooling ---- */
 
-tfb_status tfb_cpu_maxpool_fwd_nhwc(float *y, int *argmax, const float *x, int n, int c, int h, int w, int r,
-                                    int stride, int pad, int p, int q) {
+tfb_status tfb_cpu_maxpool_fwd_nhwc(float *y, int *argmax, const float *x, const tfb_pool_desc *d) {
+    int c = d->c;
 #pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < n; b++)
-        for (int i = 0; i < p; i++)
-            for (int j = 0; j < q; j++)
+    for (int b = 0; b < d->n; b++)
+        for (int i = 0; i < d->p; i++)
+            for (int j = 0; j < d->q; j++)
                 for (int ch = 0; ch < c; ch++) {
                     float best = -INFINITY;
                     int arg = -1;
-                    for (int a = 0; a < r; a++)
-                        for (int e = 0; e < r; e++) {
-                            int ih = tap_pos(i, a, stride, pad, h), iw = tap_pos(j, e, stride, pad, w);
+                    for (int a = 0; a < d->r; a++)
+                        for (int e = 0; e < d->r; e++) {
+                            int ih = tap_pos(i, a, d->stride, d->pad, d->h);
+                            int iw = tap_pos(j, e, d->stride, d->pad, d->w);
                             if (ih < 0 || iw < 0) continue;
-                            float v = x[(((size_t)b * h + ih) * w + iw) * c + ch];
-                            if (v > best || arg < 0) { best = v; arg = ih * w + iw; }
+                            float v = x[(((size_t)b * d->h + ih) * d->w + iw) * c + ch];
+                            if (v > best || arg < 0) { best = v; arg = ih * d->w + iw; }
                         }
-                    size_t o = (((size_t)b * p + i) * q + j) * c + ch;
+                    size_t o = (((size_t)b * d->p + i) * d->q + j) * c + ch;
                     y[o] = best;
                     argmax[o] = arg;
                 }
     return TFB_OK;
 }
 
-tfb_status tfb_cpu_maxpool_bwd_nhwc(float *dx, const float *dy, const int *argmax, int n, int c, int hw, int pq) {
+/* A scatter in output order, so each dx element adds its dy in the order the CUDA gather does. */
+tfb_status tfb_cpu_maxpool_bwd_nhwc(float *dx, const float *dy, const int *argmax, const tfb_pool_desc *d) {
+    size_t c = (size_t)d->c, hw = (size_t)d->h * d->w, pq = (size_t)d->p * d->q;
 #pragma omp parallel for schedule(static)
-    for (int b = 0; b < n; b++) {
+    for (int b = 0; b < d->n; b++) {
         float *out = dx + (size_t)b * hw * c;
         size_t o0 = (size_t)b * pq * c;
-        memset(out, 0, (size_t)hw * c * sizeof(float));
-        for (size_t o = 0; o < (size_t)pq * c; o++) out[(size_t)argmax[o0 + o] * c + o % (size_t)c] += dy[o0 + o];
+        memset(out, 0, hw * c * sizeof(float));
+        for (size_t o = 0; o < pq * c; o++) out[(size_t)argmax[o0 + o] * c + o % c] += dy[o0 + o];
     }
     return TFB_OK;
 }

@@ -1,7 +1,8 @@
 /* cuda_cnn.cu — the CUDA backend's batch norm (training mode, with the cross-rank sums of synchronised batch norm
  * left to the caller) and pooling, computing what cpu_conv.c computes: two-pass moments (one pass of shifted sums
  * for a 16-bit x, whose values carry far fewer bits than the sums' rounding loses), biased batch variance,
- * the same backward formula, max pooling with a saved argmax (index within the image plane) and global average
+ * the same backward formula, max pooling with a saved argmax (index within the image plane; the backward gathers
+ * each input's gradient in the CPU's order, so it is deterministic and needs no FP32 scratch) and global average
  * pooling, in FP32, NCHW and NHWC, and a residual block's sum + ReLU. Batch norm reads its input x in FP32 or 16
  * bits (a 16-bit network's convolution outputs) and writes its output in either; statistics and sums are FP32
  * (double across blocks); the block sum reads and writes either type.
@@ -597,11 +598,9 @@ static tfb_status cuda_bn_running_update(void *ctx, float *run_mean, float *run_
 
 /* ---- pooling ---- */
 
-struct pool_shape { int h, w, r, stride, pad, p, q; };
-
 /* One block per (image, channel) plane; its threads stride over the plane's p x q outputs. x and y of type T. */
 template <typename T>
-__global__ void k_maxpool_fwd(T *y, int *argmax, const T *x, pool_shape s) {
+__global__ void k_maxpool_fwd(T *y, int *argmax, const T *x, tfb_pool_desc s) {
     int pq = s.p * s.q;
     const T *in = x + (size_t)blockIdx.x * s.h * s.w;
     size_t out = (size_t)blockIdx.x * pq;
@@ -620,87 +619,105 @@ __global__ void k_maxpool_fwd(T *y, int *argmax, const T *x, pool_shape s) {
     }
 }
 
-/* NHWC: a thread per output element (image, i, j, channel), channels fastest, so a warp reads adjacent channels. */
-template <typename T, typename I>
-__global__ void k_maxpool_fwd_nhwc(T *y, int *argmax, const T *x, pool_shape s, I c, I total) {
-    for (I o = blockIdx.x * (I)blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
-        I ch = o % c, pix = o / c, j = pix % (I)s.q, row = pix / (I)s.q, i = row % (I)s.p, b = row / (I)s.p;
-        const T *img = x + (size_t)b * s.h * s.w * c + ch;
+/* NHWC: one block per output row (image, i); its threads stride over the row's q x c outputs, channels fastest,
+ * so a warp reads adjacent channels (one division per output). */
+template <typename T>
+__global__ void k_maxpool_fwd_nhwc(T *y, int *argmax, const T *x, tfb_pool_desc s) {
+    int b = blockIdx.x / s.p, i = blockIdx.x - b * s.p, qc = s.q * s.c;
+    const T *img = x + (size_t)b * s.h * s.w * s.c;
+    size_t out = (size_t)blockIdx.x * qc;
+    TFB_ROW_LOOP(e, qc) {
+        int j = e / s.c, ch = e - j * s.c, arg = -1;
         float best = -INFINITY;
-        int arg = -1;
         for (int a = 0; a < s.r; a++)
-            for (int e = 0; e < s.r; e++) {
-                int ih = (int)i * s.stride - s.pad + a, iw = (int)j * s.stride - s.pad + e;
+            for (int f = 0; f < s.r; f++) {
+                int ih = i * s.stride - s.pad + a, iw = j * s.stride - s.pad + f;
                 if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
-                float v = ldf(img, (size_t)(ih * s.w + iw) * c);
+                float v = ldf(img, (size_t)(ih * s.w + iw) * s.c + ch);
                 if (v > best || arg < 0) { best = v; arg = ih * s.w + iw; }
             }
-        stf(y, o, best);
-        argmax[o] = arg;
+        stf(y, out + e, best);
+        argmax[out + e] = arg;
     }
 }
 
-template <typename T>
-static tfb_status maxpool_fwd_typed(void *ctx, T *y, int *argmax, const T *x, pool_shape s, int n, int c,
-                                    tfb_layout layout) {
-    size_t total = (size_t)n * c * s.p * s.q;
-    if (layout == TFB_NCHW)
-        k_maxpool_fwd<T><<<(unsigned)(n * c), tfb_row_threads(s.p * s.q), 0, S(ctx)>>>(y, argmax, x, s);
-    else if (index32((size_t)n * c * s.h * s.w))
-        k_maxpool_fwd_nhwc<T, unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
-            y, argmax, x, s, (unsigned)c, (unsigned)total);
+/* Rows (plane rows, or image rows of w * c values) index within an int, as the kernels do. */
+static int pool_fits(const tfb_pool_desc *d) {
+    return (long long)d->h * d->w * d->c < INT_MAX && (long long)d->p * d->q * d->c < INT_MAX &&
+           (long long)d->n * d->c < INT_MAX && (long long)d->n * d->h < INT_MAX;
+}
+
+static tfb_status cuda_maxpool_fwd(void *ctx, void *y, int *argmax, const void *x, tfb_dtype t,
+                                   const tfb_pool_desc *d) {
+    if ((size_t)d->n * d->c * d->p * d->q < 1) return TFB_OK;
+    if (!pool_fits(d)) return TFB_ERR_ARG;
+    if (d->layout == TFB_NCHW)
+        TYPE_CASE(t, T, k_maxpool_fwd<T><<<(unsigned)(d->n * d->c), tfb_row_threads(d->p * d->q), 0, S(ctx)>>>(
+                            (T *)y, argmax, (const T *)x, *d));
     else
-        k_maxpool_fwd_nhwc<T, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(y, argmax, x, s,
-                                                                                              (size_t)c, total);
+        TYPE_CASE(t, T, k_maxpool_fwd_nhwc<T><<<(unsigned)(d->n * d->p), tfb_row_threads(d->q * d->c), 0, S(ctx)>>>(
+                            (T *)y, argmax, (const T *)x, *d));
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
-static tfb_status cuda_maxpool_fwd(void *ctx, void *y, int *argmax, const void *x, tfb_dtype t, int n, int c, int h,
-                                   int w, int r, int stride, int pad, int p, int q, tfb_layout layout) {
-    pool_shape s = {h, w, r, stride, pad, p, q};
-    if ((size_t)n * c * p * q < 1) return TFB_OK;
-    TYPE_CASE(t, T, return maxpool_fwd_typed(ctx, (T *)y, argmax, (const T *)x, s, n, c, layout));
-    return TFB_OK;
+/* The outputs [*lo, *hi] of `out` along one axis whose windows hold input position x. */
+__device__ __forceinline__ void pool_taps(int x, int r, int stride, int pad, int out, int *lo, int *hi) {
+    int first = x + pad - r + 1, last = (x + pad) / stride;
+    *lo = first <= 0 ? 0 : (first + stride - 1) / stride;
+    *hi = last < out - 1 ? last : out - 1;
 }
 
+/* dx at plane index a: the dy of the outputs (i0..i1, j0..j1) whose argmax is a, in row-major output order; out0
+ * the plane's first output, step the distance between adjacent outputs. */
 template <typename D>
-__global__ void k_maxpool_bwd(float *dx, const D *dy, const int *argmax, int hw, int pq) {
-    float *d = dx + (size_t)blockIdx.x * hw;
-    size_t o0 = (size_t)blockIdx.x * pq;
-    TFB_ROW_LOOP(o, pq) atomicAdd(&d[argmax[o0 + o]], ldf(dy, o0 + o));
+__device__ __forceinline__ float pool_gather(const D *dy, const int *argmax, size_t out0, size_t step, int q, int a,
+                                             int i0, int i1, int j0, int j1) {
+    float g = 0.0f;
+    for (int i = i0; i <= i1; i++)
+        for (int j = j0; j <= j1; j++) {
+            size_t o = out0 + ((size_t)i * q + j) * step;
+            if (argmax[o] == a) g += ldf(dy, o);
+        }
+    return g;
 }
 
-/* NHWC: a thread per dy element; image b's plane index a lands at dx[(b hw + a) c + ch]. */
-template <typename D, typename I>
-__global__ void k_maxpool_bwd_nhwc(float *dx, const D *dy, const int *argmax, I c, I hw, I pq, I total) {
-    for (I o = blockIdx.x * (I)blockDim.x + threadIdx.x; o < total; o += (I)gridDim.x * blockDim.x) {
-        I b = o / (pq * c);
-        atomicAdd(&dx[(b * hw + (I)argmax[o]) * c + o % c], ldf(dy, o));
+/* Gathers, one thread per dx element (no atomics, no memset): a block per (image, channel) plane... */
+template <typename X, typename D>
+__global__ void k_maxpool_bwd(X *dx, const D *dy, const int *argmax, tfb_pool_desc s) {
+    size_t in0 = (size_t)blockIdx.x * s.h * s.w, out0 = (size_t)blockIdx.x * s.p * s.q;
+    TFB_ROW_LOOP(e, s.h * s.w) {
+        int ih = e / s.w, iw = e - ih * s.w, i0, i1, j0, j1;
+        pool_taps(ih, s.r, s.stride, s.pad, s.p, &i0, &i1);
+        pool_taps(iw, s.r, s.stride, s.pad, s.q, &j0, &j1);
+        stf(dx, in0 + e, pool_gather(dy, argmax, out0, 1, s.q, e, i0, i1, j0, j1));
     }
 }
 
-template <typename D>
-static tfb_status maxpool_bwd_typed(void *ctx, float *dx, const D *dy, const int *argmax, int n, int c, int hw,
-                                    int pq, tfb_layout layout) {
-    size_t total = (size_t)n * c * pq;
-    if (layout == TFB_NCHW)
-        k_maxpool_bwd<D><<<(unsigned)(n * c), tfb_row_threads(pq), 0, S(ctx)>>>(dx, dy, argmax, hw, pq);
-    else if (index32((size_t)n * c * hw))
-        k_maxpool_bwd_nhwc<D, unsigned><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
-            dx, dy, argmax, (unsigned)c, (unsigned)hw, (unsigned)pq, (unsigned)total);
-    else
-        k_maxpool_bwd_nhwc<D, size_t><<<tfb_cuda_blocks(total), TFB_CUDA_THREADS, 0, S(ctx)>>>(
-            dx, dy, argmax, (size_t)c, (size_t)hw, (size_t)pq, total);
-    TFB_CHECK_LAUNCH();
-    return TFB_OK;
+/* ... or, NHWC, a block per image row (image, ih) of w x c values, channels fastest. */
+template <typename X, typename D>
+__global__ void k_maxpool_bwd_nhwc(X *dx, const D *dy, const int *argmax, tfb_pool_desc s) {
+    int b = blockIdx.x / s.h, ih = blockIdx.x - b * s.h, wc = s.w * s.c, i0, i1;
+    pool_taps(ih, s.r, s.stride, s.pad, s.p, &i0, &i1);
+    size_t in0 = (size_t)blockIdx.x * wc, img_out = (size_t)b * s.p * s.q * s.c;
+    TFB_ROW_LOOP(e, wc) {
+        int iw = e / s.c, ch = e - iw * s.c, j0, j1;
+        pool_taps(iw, s.r, s.stride, s.pad, s.q, &j0, &j1);
+        stf(dx, in0 + e, pool_gather(dy, argmax, img_out + ch, (size_t)s.c, s.q, ih * s.w + iw, i0, i1, j0, j1));
+    }
 }
 
-static tfb_status cuda_maxpool_bwd(void *ctx, float *dx, const void *dy, tfb_dtype dy_type, const int *argmax, int n,
-                                   int c, int hw, int pq, tfb_layout layout) {
-    TFB_CHECK_CUDA(cudaMemsetAsync(dx, 0, (size_t)n * c * hw * sizeof(float), S(ctx)));
-    if ((size_t)n * c * pq < 1) return TFB_OK;
-    TYPE_CASE(dy_type, D, return maxpool_bwd_typed(ctx, dx, (const D *)dy, argmax, n, c, hw, pq, layout));
+static tfb_status cuda_maxpool_bwd(void *ctx, void *dx, tfb_dtype dx_type, const void *dy, tfb_dtype dy_type,
+                                   const int *argmax, const tfb_pool_desc *d) {
+    if ((size_t)d->n * d->c * d->h * d->w < 1) return TFB_OK;
+    if (!pool_fits(d)) return TFB_ERR_ARG;
+    if (d->layout == TFB_NCHW)
+        TYPE_CASE(dx_type, X, TYPE_CASE(dy_type, D, k_maxpool_bwd<X, D><<<(unsigned)(d->n * d->c),
+                  tfb_row_threads(d->h * d->w), 0, S(ctx)>>>((X *)dx, (const D *)dy, argmax, *d)));
+    else
+        TYPE_CASE(dx_type, X, TYPE_CASE(dy_type, D, k_maxpool_bwd_nhwc<X, D><<<(unsigned)(d->n * d->h),
+                  tfb_row_threads(d->w * d->c), 0, S(ctx)>>>((X *)dx, (const D *)dy, argmax, *d)));
+    TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
 
