@@ -641,10 +641,11 @@ __global__ void k_maxpool_fwd_nhwc(T *y, int *argmax, const T *x, tfb_pool_desc 
     }
 }
 
-/* Rows (plane rows, or image rows of w * c values) index within an int, as the kernels do. */
+/* Images (h w c or p q c values) index within an int, as the kernels do, and the grids (n c planes, n h or n p
+ * rows) fit a launch. */
 static int pool_fits(const tfb_pool_desc *d) {
     return (long long)d->h * d->w * d->c < INT_MAX && (long long)d->p * d->q * d->c < INT_MAX &&
-           (long long)d->n * d->c < INT_MAX && (long long)d->n * d->h < INT_MAX;
+           (long long)d->n * d->c < INT_MAX && (long long)d->n * d->h < INT_MAX && (long long)d->n * d->p < INT_MAX;
 }
 
 static tfb_status cuda_maxpool_fwd(void *ctx, void *y, int *argmax, const void *x, tfb_dtype t,
