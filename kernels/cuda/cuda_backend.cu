@@ -143,46 +143,6 @@ static tfb_status cuda_copy_d2d(void *ctx, void *dst, const void *src, size_t by
     return TFB_OK;
 }
 
-__global__ void k_fill(float *x, float value, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        x[i] = value;
-}
-
-static tfb_status cuda_fill(void *ctx, float *x, float value, size_t n) {
-    cuda_ctx *c = (cuda_ctx *)ctx;
-    if (n == 0) return TFB_OK;
-    k_fill<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, c->stream>>>(x, value, n);
-    TFB_CHECK_LAUNCH();
-    return TFB_OK;
-}
-
-/* Row blockIdx.y (of this launch's rows from row0), its value pairs strided over blockIdx.x: no per-element
- * division. */
-__global__ void k_normal_fill(float *x, size_t pairs, size_t per, uint64_t row0, tfb_philox_key key) {
-    float *row = x + blockIdx.y * per;
-    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < pairs; t += (size_t)gridDim.x * blockDim.x) {
-        size_t i = 2 * t;
-        float a, b;
-        tfb_normal_pair(key, row0 + blockIdx.y, i, &a, &b);
-        row[i] = a;
-        if (i + 1 < per) row[i + 1] = b;
-    }
-}
-
-static tfb_status cuda_normal_fill(void *ctx, float *x, size_t rows, size_t per, uint64_t row0, tfb_philox_key key) {
-    cuda_ctx *c = (cuda_ctx *)ctx;
-    size_t pairs = (per + 1) / 2, across = (pairs + TFB_CUDA_THREADS - 1) / TFB_CUDA_THREADS;
-    if (rows == 0 || pairs == 0) return TFB_OK;
-    if (across > 64) across = 64; /* with the rows, enough blocks to fill a GPU; threads stride over the rest */
-    for (size_t r = 0; r < rows; r += 65535) { /* gridDim.y's limit */
-        unsigned n = (unsigned)(rows - r < 65535 ? rows - r : 65535);
-        k_normal_fill<<<dim3((unsigned)across, n), TFB_CUDA_THREADS, 0, c->stream>>>(x + r * per, pairs, per,
-                                                                                        row0 + r, key);
-        TFB_CHECK_LAUNCH();
-    }
-    return TFB_OK;
-}
-
 static tfb_status cuda_sync(void *ctx) { return tfb_cuda_stream_wait((cuda_ctx *)ctx); }
 
 static tfb_status cuda_marks_reserve(void *ctx, int n) {
@@ -228,13 +188,18 @@ static void cuda_destroy(tfb_backend *be) {
     free(be);
 }
 
+/* A kernel that does nothing with NULL: launching it tells whether this binary has code for the device. */
+__global__ void k_probe(int *x) {
+    if (x) *x = 1;
+}
+
 /* The device can run this binary: a trivial kernel launches (no kernel image for its compute capability fails). */
 static tfb_status device_usable(int device, char *why, size_t why_len) {
     cudaDeviceProp prop;
     cudaError_t e = cudaSetDevice(device);
     if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, device);
     if (e == cudaSuccess) {
-        k_fill<<<1, 1>>>(NULL, 0.0f, 0);
+        k_probe<<<1, 1>>>(NULL);
         e = cudaGetLastError();
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
     }
@@ -291,7 +256,7 @@ extern "C" tfb_status tfb_cuda_backend_create(int device, tfb_backend **out, cha
     be->threads = 1;
     be->alloc = cuda_alloc; be->free = cuda_free; be->mem_stats = cuda_mem_stats;
     be->copy_h2d = cuda_copy_h2d; be->copy_d2h = cuda_copy_d2h; be->copy_d2d = cuda_copy_d2d;
-    be->fill = cuda_fill; be->sync = cuda_sync; be->destroy = cuda_destroy; be->normal_fill = cuda_normal_fill;
+    be->sync = cuda_sync; be->destroy = cuda_destroy;
     be->marks_reserve = cuda_marks_reserve; be->mark = cuda_mark; be->mark_seconds = cuda_mark_seconds;
     be->comm_wrap = tfb_cuda_comm_wrap;
     be->trace = tfb_cuda_trace;

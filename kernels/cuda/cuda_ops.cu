@@ -1,6 +1,6 @@
-/* cuda_ops.cu — the CUDA backend's transformer and optimizer ops, written to compute what cpu_ops.c computes (the
- * reference they are checked against by `make gpu-check`): same formulas, same exact-erf GELU, same Philox dropout
- * mask, same AdamW and SGD forms.
+/* cuda_ops.cu — the CUDA backend's fills, transformer and optimizer ops, written to compute what cpu_ops.c computes
+ * (the reference they are checked against by `make gpu-check`): same formulas, same exact-erf GELU, same Philox
+ * normal values and dropout mask, same AdamW and SGD forms.
  *
  * Row ops (LayerNorm, softmax, cross-entropy) run one block per row, except attention's softmax with its dropout
  * (rows of at most 1024 columns: one warp per row, held in registers); column reductions (bias and LayerNorm
@@ -27,6 +27,45 @@ static cudaStream_t S(void *ctx) { return ((cuda_ctx *)ctx)->stream; }
 static unsigned col_row_blocks(int n) {
     int b = (n + COL_TY * 64 - 1) / (COL_TY * 64);
     return (unsigned)(b < 1 ? 1 : b > 1024 ? 1024 : b);
+}
+
+/* ---- fills ---- */
+
+__global__ void k_fill(float *x, float value, size_t n) {
+    TFB_GRID_LOOP(i, n) x[i] = value;
+}
+
+static tfb_status cuda_fill(void *ctx, float *x, float value, size_t n) {
+    if (n == 0) return TFB_OK;
+    k_fill<<<tfb_cuda_blocks(n), TFB_CUDA_THREADS, 0, S(ctx)>>>(x, value, n);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
+}
+
+/* Row blockIdx.y (of this launch's rows from row0), its value pairs strided over blockIdx.x: no per-element
+ * division. */
+__global__ void k_normal_fill(float *x, size_t pairs, size_t per, uint64_t row0, tfb_philox_key key) {
+    float *row = x + blockIdx.y * per;
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < pairs; t += (size_t)gridDim.x * blockDim.x) {
+        size_t i = 2 * t;
+        float a, b;
+        tfb_normal_pair(key, row0 + blockIdx.y, i, &a, &b);
+        row[i] = a;
+        if (i + 1 < per) row[i + 1] = b;
+    }
+}
+
+static tfb_status cuda_normal_fill(void *ctx, float *x, size_t rows, size_t per, uint64_t row0, tfb_philox_key key) {
+    size_t pairs = (per + 1) / 2, across = (pairs + TFB_CUDA_THREADS - 1) / TFB_CUDA_THREADS;
+    if (rows == 0 || pairs == 0) return TFB_OK;
+    if (across > 64) across = 64; /* with the rows, enough blocks to fill a GPU; threads stride over the rest */
+    for (size_t r = 0; r < rows; r += 65535) { /* gridDim.y's limit */
+        unsigned n = (unsigned)(rows - r < 65535 ? rows - r : 65535);
+        k_normal_fill<<<dim3((unsigned)across, n), TFB_CUDA_THREADS, 0, S(ctx)>>>(x + r * per, pairs, per, row0 + r,
+                                                                                  key);
+        TFB_CHECK_LAUNCH();
+    }
+    return TFB_OK;
 }
 
 /* ---- embedding ---- */
@@ -737,6 +776,8 @@ static tfb_status cuda_check_finite(void *ctx, const float *x, size_t n, int *al
 }
 
 void tfb_cuda_ops_install(tfb_backend *be) {
+    be->fill = cuda_fill;
+    be->normal_fill = cuda_normal_fill;
     be->embedding_fwd = cuda_embedding_fwd;
     be->embedding_bwd = cuda_embedding_bwd;
     be->layernorm_fwd = cuda_layernorm_fwd;
