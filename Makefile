@@ -33,6 +33,7 @@ $(BUILD)/config.mk: FORCE
 $(BUILD)/config.h: $(BUILD)/config.mk
 FORCE:
 -include $(BUILD)/config.mk
+all: $(if $(filter 1,$(CUDA_EMU)),$(BUILD)/tests/gpu_check_emu $(BUILD)/tests/test_emu)
 
 $(BUILD)/%.o: %.c $(BUILD)/config.h $(wildcard kernels/*.h kernels/cpu/*.h bench/*.h results/*.h topology/*.h tests/*.h)
 	@mkdir -p $(dir $@)
@@ -43,6 +44,29 @@ NVCC_FLAGS := -std=c++17 -O3 -I$(BUILD) $(NVCC_INCLUDES) $(NVCC_GENCODE) -Xcompi
 $(BUILD)/%.o: %.cu $(BUILD)/config.h $(wildcard kernels/*.h kernels/cuda/*.h bench/comm.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+
+# The CUDA backend's kernel files as plain C++ for the CPU (tests/emu/): launches rewritten by unchevron.py, the
+# device side emulated by the force-included cuda_emu.h. For gpu_check_emu, which checks them against the CPU backend.
+EMU_CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Wno-unknown-pragmas -I$(BUILD) -Ikernels/cuda $(CUDA_EMU_INCLUDES) \
+                -include tests/emu/cuda_emu.h $(EXTRA_CFLAGS)
+EMU_OBJ := $(BUILD)/emu/cuda_ops.o $(BUILD)/emu/cuda_cnn.o $(BUILD)/emu/cuda_shard.o $(BUILD)/tests/emu/cuda_emu.o \
+           $(BUILD)/tests/emu/cuda_emu_backend.o
+EMU_DEPS := $(BUILD)/config.h tests/emu/cuda_emu.h $(wildcard kernels/*.h kernels/cuda/*.h tests/emu/*.h)
+$(BUILD)/emu/%.cpp: kernels/cuda/%.cu tests/emu/unchevron.py
+	@mkdir -p $(dir $@)
+	python3 tests/emu/unchevron.py $< $@
+.PRECIOUS: $(BUILD)/emu/%.cpp
+$(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp $(EMU_DEPS)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(BUILD)/tests/emu/%.o: tests/emu/%.cpp $(EMU_DEPS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(BUILD)/tests/gpu_check_emu.o: tests/gpu_check.c $(BUILD)/config.h $(wildcard kernels/*.h tests/*.h tests/emu/*.h)
+	$(CC) $(CFLAGS) -DTFB_GPU_CHECK_EMU=1 -c $< -o $@
+$(BUILD)/tests/gpu_check_emu: $(BUILD)/tests/gpu_check_emu.o $(EMU_OBJ) $(BUILD)/libtfb.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(CONFIG_LIBS) -lstdc++ -lm
+$(BUILD)/tests/test_emu: $(BUILD)/tests/emu/test_emu.o $(BUILD)/tests/emu/cuda_emu.o
+	$(CXX) $(LDFLAGS) $^ -o $@
 
 $(BUILD)/results/env.o: CFLAGS += -DTFB_GIT_COMMIT='"$(GIT_COMMIT)"'
 

@@ -90,6 +90,14 @@ record CUBLAS 0 $cublas_r "(optional)"
 record CUDNN 0 $cudnn_r "(optional)"
 record NCCL 0 $nccl_r "(optional)"
 record CUPTI 0 $cupti_r "(optional: the kernel profile, TFB_KERNEL_PROFILE)"
+# The CUDA backend's kernels compiled for the CPU (tests/emu/, gpu_check_emu) need only the toolkit's headers and a
+# C++ compiler, not nvcc or a GPU: built whenever those compile, CUDA=0 included (it is a CPU program).
+emu_inc="-I$cuda_home/include${CUDNN_HOME:+ -I$CUDNN_HOME/include}"
+printf '#include <%s>\n' cuda_runtime.h cuda_fp16.h cuda_bf16.h cublas_v2.h cudnn.h >"$build/probe/CUDA_EMU.cpp"
+printf 'int main(void) { return 0; }\n' >>"$build/probe/CUDA_EMU.cpp"
+${CXX:-g++} -std=c++17 $emu_inc "$build/probe/CUDA_EMU.cpp" -o "$build/probe/CUDA_EMU" >"$build/probe/CUDA_EMU.log" 2>&1
+emu_r=$?
+record CUDA_EMU 0 $emu_r "(optional: tests run the CUDA kernels on the CPU; needs the toolkit's headers and g++)"
 h+=("#define TFB_CUDA_BACKEND $cuda_ready")
 if [ $cuda_ready = 1 ]; then
     h+=("#define TFB_CUDA_SASS \"$sass\"" "#define TFB_CUDA_PTX $ptx")
@@ -123,6 +131,8 @@ fi
     echo "NVCC := ${nv:-}"
     echo "NVCC_GENCODE :=$gencode"
     echo "NVCC_INCLUDES :=$nvcc_inc"
+    echo "CUDA_EMU := $([ $emu_r = 0 ] && echo 1 || echo 0)"
+    echo "CUDA_EMU_INCLUDES := $emu_inc"
 } >"$tmp_mk"
 cmp -s "$tmp_mk" "$build/config.mk" 2>/dev/null && rm "$tmp_mk" || mv "$tmp_mk" "$build/config.mk"
 

@@ -188,6 +188,24 @@ def test_devices():
         failed = [l.split("|")[1].strip() for l in p.stdout.splitlines() if l.endswith("| FAIL |")]
         check(f"gpu_check_catches_broken_{op.split()[0]}", p.returncode == 1 and failed and set(failed) == {op},
               f"rc {p.returncode} failed rows {failed}")
+    test_cuda_emu()
+
+
+def test_cuda_emu():
+    """The CUDA backend's own kernels, run on the CPU by tests/emu/ (built when the toolkit's headers are there),
+    against the CPU backend: threads in index order with grids sized for 4 SMs, then reversed (a barrier missing
+    from a kernel shows) with grids for 1 SM (the batch-norm reductions split differently)."""
+    emu = GPU_CHECK + "_emu"
+    if not os.path.exists(emu):
+        print("skip gpu_check_emu: not built (no CUDA toolkit headers)")
+        return
+    for name, reverse, sms in (("forward_4sms", "0", "4"), ("reversed_1sm", "1", "1")):
+        p = subprocess.run([emu, "--device", "cuda-emu", "--sms", sms], env=dict(ENV, TFB_EMU_REVERSE=reverse),
+                           capture_output=True, text=True, timeout=900)
+        m = re.search(r"(\d+) of (\d+) checks passed", p.stdout)
+        failed = [l.split("|")[1].strip() for l in p.stdout.splitlines() if l.endswith("| FAIL |")]
+        check(f"gpu_check_emu_cuda_kernels_match_cpu_{name}", p.returncode == 0 and m and m.group(1) == m.group(2)
+              and int(m.group(2)) >= 200, f"rc {p.returncode} failed {failed} {p.stderr[-300:]!r}")
 
 
 def test_rank_failure():

@@ -1,0 +1,211 @@
+/* cuda_emu.cpp — the scheduler behind tests/emu/cuda_emu.h: a block's threads as ucontext fibers on the host
+ * thread, barriers and warp shuffles as the points where they meet, and the few CUDA runtime calls the kernel files
+ * make (memset, copies, the last error) done synchronously on host memory.
+ *
+ * Not here: the backend built from these kernels (cuda_emu_backend.cpp), anything of a real GPU.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <ucontext.h>
+#include "cuda_emu.h"
+
+#define EMU_MAX_THREADS 1024
+#define EMU_STACK_BYTES (256 * 1024)
+
+enum { F_RUN, F_BARRIER, F_SHUFFLE, F_DONE };
+
+typedef struct {
+    ucontext_t uc;
+    int state;
+    uint3 tid;
+    uint64_t bits_in, bits_out; /* a shuffle's value given and received */
+    int src;                    /* the lane it reads, or -1: its own value (out of the segment) */
+    unsigned mask;
+} emu_fiber;
+
+static struct {
+    emu_fiber *fibers;
+    char *stacks;
+    ucontext_t scheduler;
+    int cur, threads, reverse, order_set;
+    void (*body)(void *);
+    void *arg;
+    const char *kernel;
+    cudaError_t last;
+} E;
+
+uint3 tfb_emu_thread_idx, tfb_emu_block_idx;
+dim3 tfb_emu_block_dim, tfb_emu_grid_dim;
+
+static void emu_die(const char *what) {
+    fprintf(stderr, "cuda-emu: kernel %s, block (%u, %u, %u), thread (%u, %u, %u): %s\n", E.kernel, blockIdx.x,
+            blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, what);
+    abort();
+}
+
+static void fiber_main(void) {
+    E.body(E.arg);
+    E.fibers[E.cur].state = F_DONE; /* uc_link returns to the scheduler */
+}
+
+static void fiber_yield(int state) {
+    emu_fiber *f = &E.fibers[E.cur];
+    f->state = state;
+    if (swapcontext(&f->uc, &E.scheduler) != 0) emu_die("swapcontext failed");
+}
+
+void tfb_emu_sync_block(void) { fiber_yield(F_BARRIER); }
+
+uint64_t tfb_emu_shuffle(unsigned mask, uint64_t bits, int mode, int arg, int width) {
+    emu_fiber *f = &E.fibers[E.cur];
+    int lane = E.cur & 31, seg = lane & ~(width - 1), src;
+    if (width < 1 || width > 32 || (width & (width - 1))) emu_die("shuffle width not a power of two up to 32");
+    if (!(mask >> lane & 1u)) emu_die("shuffle by a lane outside its own mask");
+    src = mode == 0 ? lane ^ arg : mode == 1 ? lane + arg : seg + (arg & (width - 1));
+    f->src = src >= seg && src < seg + width ? src : -1;
+    f->bits_in = bits;
+    f->mask = mask;
+    fiber_yield(F_SHUFFLE);
+    return f->bits_out;
+}
+
+static void fiber_start(int i) {
+    emu_fiber *f = &E.fibers[i];
+    unsigned bx = blockDim.x, by = blockDim.y;
+    f->tid = make_uint3(i % bx, i / bx % by, i / (bx * by));
+    f->state = F_RUN;
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = E.stacks + (size_t)i * EMU_STACK_BYTES;
+    f->uc.uc_stack.ss_size = EMU_STACK_BYTES;
+    f->uc.uc_link = &E.scheduler;
+    makecontext(&f->uc, fiber_main, 0);
+}
+
+/* Runs the lanes of warp w that may run, in lane order (reversed with E.reverse), each until it reaches a sync
+ * point or ends. */
+static void warp_sweep(int w, int n) {
+    for (int k = 0; k < n; k++) {
+        int i = w * 32 + (E.reverse ? n - 1 - k : k);
+        if (E.fibers[i].state != F_RUN) continue;
+        E.cur = i;
+        threadIdx = E.fibers[i].tid;
+        if (swapcontext(&E.scheduler, &E.fibers[i].uc) != 0) emu_die("swapcontext failed");
+    }
+}
+
+/* Completes warp w's shuffle when every lane of its mask has reached it; 0 when no lane waits on one. */
+static int warp_shuffle(int w, int n) {
+    emu_fiber *lanes = &E.fibers[w * 32];
+    int waiting = -1;
+    for (int l = 0; l < n; l++)
+        if (lanes[l].state == F_SHUFFLE) waiting = l;
+    if (waiting < 0) return 0;
+    unsigned mask = lanes[waiting].mask;
+    for (int l = 0; l < 32; l++) {
+        if (!(mask >> l & 1u)) continue;
+        E.cur = w * 32 + (l < n ? l : waiting);
+        threadIdx = E.fibers[E.cur].tid;
+        if (l >= n || lanes[l].state != F_SHUFFLE) emu_die("a lane of the shuffle's mask never reaches it");
+        if (lanes[l].mask != mask) emu_die("the lanes of one shuffle disagree on its mask");
+    }
+    for (int l = 0; l < n; l++)
+        if (lanes[l].state == F_SHUFFLE) {
+            int s = lanes[l].src;
+            lanes[l].bits_out = s >= 0 && (mask >> s & 1u) ? lanes[s].bits_in : lanes[l].bits_in;
+            lanes[l].state = F_RUN;
+        }
+    return 1;
+}
+
+/* Warp by warp (last first with E.reverse), each as far as it can go before the block's next barrier: a warp runs
+ * ahead of the others as far as CUDA allows, so a read of shared memory that a barrier does not order sees it. */
+static void block_run(void) {
+    int warps = (E.threads + 31) / 32;
+    for (int i = 0; i < E.threads; i++) fiber_start(i);
+    for (;;) {
+        int done = 0;
+        for (int k = 0; k < warps; k++) {
+            int w = E.reverse ? warps - 1 - k : k, n = E.threads - w * 32 < 32 ? E.threads - w * 32 : 32;
+            do warp_sweep(w, n);
+            while (warp_shuffle(w, n));
+        }
+        for (int i = 0; i < E.threads; i++) done += E.fibers[i].state == F_DONE;
+        if (done == E.threads) return;
+        for (int i = 0; i < E.threads; i++) /* only barriers and ended threads are left: release the barrier */
+            if (E.fibers[i].state == F_BARRIER) E.fibers[i].state = F_RUN;
+    }
+}
+
+static int launch_valid(dim3 g, dim3 b) {
+    unsigned long long threads = (unsigned long long)b.x * b.y * b.z;
+    return threads >= 1 && threads <= EMU_MAX_THREADS && b.z <= 64 && g.x >= 1 && g.x <= 2147483647u && g.y >= 1 &&
+           g.y <= 65535 && g.z >= 1 && g.z <= 65535;
+}
+
+void tfb_emu_order(int reverse) {
+    E.reverse = reverse;
+    E.order_set = 1;
+}
+
+void tfb_emu_run(const char *kernel, dim3 grid, dim3 block, void (*body)(void *), void *arg) {
+    if (!launch_valid(grid, block)) {
+        E.last = cudaErrorInvalidConfiguration;
+        return;
+    }
+    if (!E.order_set) {
+        const char *r = getenv("TFB_EMU_REVERSE");
+        tfb_emu_order(r && r[0] == '1');
+    }
+    if (!E.fibers) {
+        E.fibers = (emu_fiber *)calloc(EMU_MAX_THREADS, sizeof *E.fibers);
+        E.stacks = (char *)malloc((size_t)EMU_MAX_THREADS * EMU_STACK_BYTES);
+        if (!E.fibers || !E.stacks) { fprintf(stderr, "cuda-emu: out of memory for fibers\n"); abort(); }
+    }
+    E.kernel = kernel;
+    E.body = body;
+    E.arg = arg;
+    E.threads = (int)(block.x * block.y * block.z);
+    gridDim = grid;
+    blockDim = block;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx = make_uint3(x, y, z);
+                block_run();
+            }
+}
+
+/* ---- the runtime calls of the kernel files, synchronous on host memory ---- */
+
+cudaError_t tfb_emu_get_last_error(void) {
+    cudaError_t e = E.last;
+    E.last = cudaSuccess;
+    return e;
+}
+
+const char *tfb_emu_error_string(cudaError_t e) {
+    return e == cudaSuccess ? "no error" : e == cudaErrorInvalidConfiguration ? "invalid configuration argument"
+                                                                            : "emulated CUDA error";
+}
+
+cudaError_t tfb_emu_memset(void *p, int value, size_t bytes, cudaStream_t s) {
+    (void)s;
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t tfb_emu_memcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+    (void)kind;
+    (void)s;
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t tfb_emu_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t s) {
+    (void)kind;
+    (void)s;
+    if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
+    for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return cudaSuccess;
+}

@@ -1,0 +1,118 @@
+/* cuda_emu.h — the device side of CUDA, emulated on the CPU, so the CUDA backend's own kernels (cuda_ops.cu,
+ * cuda_cnn.cu, cuda_shard.cu) run in tests on a machine with no GPU, against the CPU backend (gpu_check
+ * --device cuda-emu). Force-included (-include) before each kernel file, which tests/emu/unchevron.py has turned
+ * into plain C++ (every `k<<<grid, block, shmem, stream>>>(args)` becomes a tfb_emu_launch call).
+ *
+ * Model: a block's threads are fibers on one host thread, run one at a time in index order (or reversed, with
+ * TFB_EMU_REVERSE=1, so a missing barrier shows as a different result); each runs until it reaches
+ * __syncthreads or a warp shuffle, which release only when every thread (every lane) has arrived. Shared memory
+ * is a static variable (blocks run one after another); atomics are plain read-modify-writes (no thread is
+ * preempted between two sync points). A shuffle that not all of its warp's lanes reach, or a launch CUDA would
+ * reject (more than 1024 threads, a grid dimension out of range), is reported: the first aborts, the second is
+ * returned by cudaGetLastError as on a GPU.
+ *
+ * Deliberately not emulated: cuBLAS, cuDNN, NCCL, streams and events (the test backend delegates GEMM and
+ * convolution nowhere: gpu_check skips them), warp-synchronous code without a sync point (there is none), timing.
+ */
+#ifndef TFB_CUDA_EMU_H
+#define TFB_CUDA_EMU_H
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cublas_v2.h> /* before the qualifiers are redefined: cuda_internal.h's includes, read as they are */
+#include <cudnn.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <type_traits>
+
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#undef __forceinline__
+#define __global__ static
+#define __device__
+#define __host__
+#define __shared__ static
+#define __forceinline__ inline
+
+extern uint3 tfb_emu_thread_idx, tfb_emu_block_idx;
+extern dim3 tfb_emu_block_dim, tfb_emu_grid_dim;
+#define threadIdx tfb_emu_thread_idx
+#define blockIdx tfb_emu_block_idx
+#define blockDim tfb_emu_block_dim
+#define gridDim tfb_emu_grid_dim
+
+/* Runs body(arg) as every thread of every block of the grid; a configuration CUDA rejects is left for
+ * cudaGetLastError. */
+void tfb_emu_run(const char *kernel, dim3 grid, dim3 block, void (*body)(void *), void *arg);
+/* Threads run in index order (0), or reversed (1); the default is TFB_EMU_REVERSE's value. */
+void tfb_emu_order(int reverse);
+/* __syncthreads: waits until every thread of the block has arrived (or exited). */
+void tfb_emu_sync_block(void);
+/* A warp shuffle of 64 raw bits: mode 0 xor, 1 down, 2 index; every lane in mask must take part. */
+uint64_t tfb_emu_shuffle(unsigned mask, uint64_t bits, int mode, int arg, int width);
+
+template <typename F> static void tfb_emu_call(void *f) { (*(F *)f)(); }
+template <typename F>
+static inline void tfb_emu_launch(const char *kernel, F body, dim3 grid, dim3 block, size_t shmem = 0,
+                                  cudaStream_t stream = 0) {
+    (void)shmem;
+    (void)stream;
+    tfb_emu_run(kernel, grid, block, tfb_emu_call<F>, &body);
+}
+
+template <typename T> static inline T tfb_emu_shfl(unsigned mask, T v, int mode, int arg, int width = 32) {
+    static_assert(sizeof(T) <= 8, "shuffles move at most 64 bits");
+    uint64_t in = 0, out;
+    memcpy(&in, &v, sizeof v);
+    out = tfb_emu_shuffle(mask, in, mode, arg, width);
+    T r;
+    memcpy(&r, &out, sizeof r);
+    return r;
+}
+#define __syncthreads() tfb_emu_sync_block()
+#define __shfl_xor_sync(mask, v, ...) tfb_emu_shfl(mask, v, 0, __VA_ARGS__)
+#define __shfl_down_sync(mask, v, ...) tfb_emu_shfl(mask, v, 1, __VA_ARGS__)
+#define __shfl_sync(mask, v, ...) tfb_emu_shfl(mask, v, 2, __VA_ARGS__)
+
+template <typename T> static inline T atomicAdd(T *a, T v) {
+    T old = *a;
+    *a = old + v;
+    return old;
+}
+template <typename T> static inline T atomicMax(T *a, T v) {
+    T old = *a;
+    if (v > old) *a = v;
+    return old;
+}
+/* The runtime calls of the kernel files, synchronous on host memory, and the CUDA backend's own entry points, under
+ * names of their own: a test program links these beside libtfb.a, which holds the real ones in a CUDA build. */
+cudaError_t tfb_emu_get_last_error(void);
+const char *tfb_emu_error_string(cudaError_t e);
+cudaError_t tfb_emu_memset(void *p, int value, size_t bytes, cudaStream_t s = 0);
+cudaError_t tfb_emu_memcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);
+cudaError_t tfb_emu_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t s = 0);
+#define cudaGetLastError tfb_emu_get_last_error
+#define cudaGetErrorString tfb_emu_error_string
+#define cudaMemsetAsync tfb_emu_memset
+#define cudaMemcpyAsync tfb_emu_memcpy
+#define cudaMemcpy2DAsync tfb_emu_memcpy_2d
+#define tfb_cuda_ops_install tfb_emu_ops_install
+#define tfb_cuda_cnn_install tfb_emu_cnn_install
+#define tfb_cuda_shard_install tfb_emu_shard_install
+#define tfb_cuda_grow tfb_emu_grow
+#define tfb_cuda_report tfb_emu_report
+#define tfb_cuda_stream_wait tfb_emu_stream_wait
+
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+/* device code's min and max, for any two arithmetic types */
+template <typename A, typename B> static inline auto min(A a, B b) -> typename std::common_type<A, B>::type {
+    return b < a ? b : a;
+}
+template <typename A, typename B> static inline auto max(A a, B b) -> typename std::common_type<A, B>::type {
+    return a < b ? b : a;
+}
+#endif
