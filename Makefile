@@ -33,7 +33,7 @@ $(BUILD)/config.mk: FORCE
 $(BUILD)/config.h: $(BUILD)/config.mk
 FORCE:
 -include $(BUILD)/config.mk
-all: $(if $(filter 1,$(CUDA_EMU)),$(BUILD)/tests/gpu_check_emu $(BUILD)/tests/test_emu)
+all: $(if $(filter 1,$(CUDA_EMU)),$(BUILD)/tests/gpu_check_emu $(BUILD)/tests/test_emu $(BUILD)/tests/tfbench_emu)
 
 $(BUILD)/%.o: %.c $(BUILD)/config.h $(wildcard kernels/*.h kernels/cpu/*.h bench/*.h results/*.h topology/*.h tests/*.h)
 	@mkdir -p $(dir $@)
@@ -64,6 +64,12 @@ $(BUILD)/tests/emu/%.o: tests/emu/%.cpp $(EMU_DEPS)
 $(BUILD)/tests/gpu_check_emu.o: tests/gpu_check.c $(BUILD)/config.h $(wildcard kernels/*.h tests/*.h tests/emu/*.h)
 	$(CC) $(CFLAGS) -DTFB_GPU_CHECK_EMU=1 -c $< -o $@
 $(BUILD)/tests/gpu_check_emu: $(BUILD)/tests/gpu_check_emu.o $(EMU_OBJ) $(BUILD)/libtfb.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(CONFIG_LIBS) -lstdc++ -lm
+# tfbench with `--device cuda` on the emulated kernels (GEMM and convolution on the CPU backend): its registry
+# object comes first, so the archive's is not linked.
+$(BUILD)/tests/registry_emu.o: kernels/registry.c $(BUILD)/config.h $(wildcard kernels/*.h tests/emu/*.h)
+	$(CC) $(CFLAGS) -DTFB_REGISTRY_EMU=1 -c $< -o $@
+$(BUILD)/tests/tfbench_emu: $(BUILD)/tests/registry_emu.o $(BUILD)/bench/main.o $(EMU_OBJ) $(BUILD)/libtfb.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(CONFIG_LIBS) -lstdc++ -lm
 $(BUILD)/tests/test_emu: $(BUILD)/tests/emu/test_emu.o $(BUILD)/tests/emu/cuda_emu.o
 	$(CXX) $(LDFLAGS) $^ -o $@

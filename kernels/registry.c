@@ -4,6 +4,9 @@
  * present, else the CPU backend (which always builds), with the reason left in `why` so the driver can say it
  * once. Zero GPUs is not an error for "auto"; it is for "cuda". Each rank takes the GPU of its node-local rank.
  * No other file tests TFB_CUDA_BACKEND.
+ *
+ * Compiled a second time with TFB_REGISTRY_EMU=1 for the test program tfbench_emu, where "cuda" is the CUDA
+ * backend's kernels emulated on the CPU (tests/emu/), with GEMM and convolution on the CPU backend.
  */
 #include <stdio.h>
 #include <string.h>
@@ -13,12 +16,22 @@
 #if TFB_CUDA_BACKEND
 #include "cuda/cuda.h"
 #endif
+#if TFB_REGISTRY_EMU
+#include "../tests/emu/cuda_emu_backend.h"
+#define TFB_EMU_SMS 4 /* the SM count the emulated kernels size their grids for */
+#endif
 
 const char *tfb_dtype_name(tfb_dtype t) {
     return t == TFB_F16 ? "fp16" : t == TFB_BF16 ? "bf16" : "fp32";
 }
 
-const char *tfb_backend_list(void) { return TFB_CUDA_BACKEND ? "cpu, cuda" : "cpu"; }
+const char *tfb_backend_list(void) {
+#if TFB_REGISTRY_EMU
+    return "cpu, cuda (emulated on the CPU)";
+#else
+    return TFB_CUDA_BACKEND ? "cpu, cuda" : "cpu";
+#endif
+}
 
 #if TFB_CUDA_BACKEND
 /* The GPU of this rank: its node-local rank, unless there are more ranks on the node than GPUs. */
@@ -49,6 +62,13 @@ tfb_status tfb_backend_open(const tfb_backend_spec *s, tfb_backend **out, char *
     why[0] = '\0';
     if (strcmp(s->name, "auto") == 0) return auto_open(s, out, why, why_len);
     if (strcmp(s->name, "cpu") == 0) return tfb_cpu_backend_create(s->threads, out);
+#if TFB_REGISTRY_EMU
+    if (strcmp(s->name, "cuda") == 0) {
+        tfb_backend *cpu;
+        TFB_TRY(tfb_cpu_backend_create(s->threads, &cpu));
+        return tfb_cuda_emu_backend_create(TFB_EMU_SMS, cpu, out);
+    }
+#endif
 #if TFB_CUDA_BACKEND
     if (strcmp(s->name, "cuda") == 0) {
         char reason[256] = "";

@@ -1045,7 +1045,7 @@ static void usage_exit(void) {
 /* G.be[1]: a backend of this build by name, or (gpu_check_emu) the emulated CUDA kernels. */
 static tfb_status open_device(const char *device, int sms, char *why, size_t why_len) {
 #if TFB_GPU_CHECK_EMU
-    if (strcmp(device, "cuda-emu") == 0) return tfb_cuda_emu_backend_create(sms, &G.be[1]);
+    if (strcmp(device, "cuda-emu") == 0) return tfb_cuda_emu_backend_create(sms, NULL, &G.be[1]);
 #endif
     (void)sms;
     return tfb_backend_open(&(tfb_backend_spec){.name = device, .threads = 4, .local_size = 1}, &G.be[1], why,

@@ -1,6 +1,10 @@
-/* cuda_emu.cpp — the scheduler behind tests/emu/cuda_emu.h: a block's threads as ucontext fibers on the host
- * thread, barriers and warp shuffles as the points where they meet, and the few CUDA runtime calls the kernel files
- * make (memset, copies, the last error) done synchronously on host memory.
+/* cuda_emu.cpp — the scheduler behind tests/emu/cuda_emu.h: a block's threads as fibers on the host thread,
+ * barriers and warp shuffles as the points where they meet, and the few CUDA runtime calls the kernel files make
+ * (memset, copies, the last error) done synchronously on host memory.
+ *
+ * A fiber switch on x86-64 is six register pushes and a stack swap (tfb_emu_switch below), announced to
+ * AddressSanitizer when it is on; elsewhere it is ucontext's, whose signal-mask system calls cost about as much as
+ * the work of a small kernel's thread.
  *
  * Not here: the backend built from these kernels (cuda_emu_backend.cpp), anything of a real GPU.
  */
@@ -12,10 +16,32 @@
 #define EMU_MAX_THREADS 1024
 #define EMU_STACK_BYTES (256 * 1024)
 
+#if defined(__x86_64__)
+#define EMU_ASM_SWITCH 1
+#else
+#define EMU_ASM_SWITCH 0
+#endif
+
+/* AddressSanitizer's fiber annotations: start before a switch (the destination's stack; a NULL save: the fiber
+ * leaving has ended), finish after one (the stack left, learned by the fiber that arrives). */
+#if EMU_ASM_SWITCH && defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define ASAN_START(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
+#define ASAN_FINISH(save, bottom, size) __sanitizer_finish_switch_fiber(save, bottom, size)
+#else
+#define ASAN_START(save, bottom, size) ((void)(save))
+#define ASAN_FINISH(save, bottom, size) ((void)(save))
+#endif
+
 enum { F_RUN, F_BARRIER, F_SHUFFLE, F_DONE };
 
 typedef struct {
+#if EMU_ASM_SWITCH
+    void *sp;   /* the fiber's saved stack pointer, its callee-saved registers pushed below it */
+    void *fake; /* AddressSanitizer's fake stack of the fiber while it is switched out */
+#else
     ucontext_t uc;
+#endif
     int state;
     uint3 tid;
     uint64_t bits_in, bits_out; /* a shuffle's value given and received */
@@ -26,7 +52,14 @@ typedef struct {
 static struct {
     emu_fiber *fibers;
     char *stacks;
+#if EMU_ASM_SWITCH
+    void *scheduler_sp;
+    const void *scheduler_bottom; /* the scheduler's stack, for AddressSanitizer */
+    size_t scheduler_size;
+    void *ended_sp; /* where an ended fiber's last switch stores its stack pointer, never read */
+#else
     ucontext_t scheduler;
+#endif
     int cur, threads, reverse, order_set;
     void (*body)(void *);
     void *arg;
@@ -43,15 +76,56 @@ static void emu_die(const char *what) {
     abort();
 }
 
-static void fiber_main(void) {
-    E.body(E.arg);
-    E.fibers[E.cur].state = F_DONE; /* uc_link returns to the scheduler */
+#if EMU_ASM_SWITCH
+/* tfb_emu_switch(save, to): pushes the System V callee-saved registers, stores the stack pointer in *save, takes
+ * `to` as the stack pointer and pops the registers saved there; `ret` then resumes whatever pushed them. The
+ * floating-point control state stays shared: no kernel changes it. */
+extern "C" void tfb_emu_switch(void **save, void *to);
+__asm__(".text\n"
+        ".globl tfb_emu_switch\n"
+        ".type tfb_emu_switch, @function\n"
+        "tfb_emu_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size tfb_emu_switch, .-tfb_emu_switch\n");
+#endif
+
+/* scheduler -> fiber i, until it yields or ends */
+static void fiber_resume(int i) {
+#if EMU_ASM_SWITCH
+    void *fake = NULL;
+    ASAN_START(&fake, E.stacks + (size_t)i * EMU_STACK_BYTES, EMU_STACK_BYTES);
+    tfb_emu_switch(&E.scheduler_sp, E.fibers[i].sp);
+    ASAN_FINISH(fake, NULL, NULL);
+#else
+    if (swapcontext(&E.scheduler, &E.fibers[i].uc) != 0) emu_die("swapcontext failed");
+#endif
 }
 
 static void fiber_yield(int state) {
     emu_fiber *f = &E.fibers[E.cur];
     f->state = state;
+#if EMU_ASM_SWITCH
+    ASAN_START(&f->fake, E.scheduler_bottom, E.scheduler_size);
+    tfb_emu_switch(&f->sp, E.scheduler_sp);
+    ASAN_FINISH(f->fake, &E.scheduler_bottom, &E.scheduler_size);
+#else
     if (swapcontext(&f->uc, &E.scheduler) != 0) emu_die("swapcontext failed");
+#endif
+}
+
+static void fiber_main(void) {
+    ASAN_FINISH(NULL, &E.scheduler_bottom, &E.scheduler_size);
+    E.body(E.arg);
+    E.fibers[E.cur].state = F_DONE;
+#if EMU_ASM_SWITCH /* no local has its address taken: AddressSanitizer would leave this frame's redzones */
+    ASAN_START(NULL, E.scheduler_bottom, E.scheduler_size);
+    tfb_emu_switch(&E.ended_sp, E.scheduler_sp); /* never resumed */
+    emu_die("an ended fiber was resumed");
+#endif /* else uc_link returns to the scheduler */
 }
 
 void tfb_emu_sync_block(void) { fiber_yield(F_BARRIER); }
@@ -74,11 +148,22 @@ static void fiber_start(int i) {
     unsigned bx = blockDim.x, by = blockDim.y;
     f->tid = make_uint3(i % bx, i / bx % by, i / (bx * by));
     f->state = F_RUN;
+#if EMU_ASM_SWITCH
+    /* the stack as tfb_emu_switch leaves it: six zero registers, then fiber_main as the return address, entered
+     * with the stack 8 bytes below a 16-byte boundary as after a call (a null return address above it) */
+    void **sp = (void **)(E.stacks + (size_t)(i + 1) * EMU_STACK_BYTES);
+    *--sp = NULL;
+    *--sp = (void *)fiber_main;
+    for (int r = 0; r < 6; r++) *--sp = NULL;
+    f->sp = sp;
+    f->fake = NULL;
+#else
     getcontext(&f->uc);
     f->uc.uc_stack.ss_sp = E.stacks + (size_t)i * EMU_STACK_BYTES;
     f->uc.uc_stack.ss_size = EMU_STACK_BYTES;
     f->uc.uc_link = &E.scheduler;
     makecontext(&f->uc, fiber_main, 0);
+#endif
 }
 
 /* Runs the lanes of warp w that may run, in lane order (reversed with E.reverse), each until it reaches a sync
@@ -89,7 +174,7 @@ static void warp_sweep(int w, int n) {
         if (E.fibers[i].state != F_RUN) continue;
         E.cur = i;
         threadIdx = E.fibers[i].tid;
-        if (swapcontext(&E.scheduler, &E.fibers[i].uc) != 0) emu_die("swapcontext failed");
+        fiber_resume(i);
     }
 }
 

@@ -11,8 +11,9 @@
  * reject (more than 1024 threads, a grid dimension out of range), is reported: the first aborts, the second is
  * returned by cudaGetLastError as on a GPU.
  *
- * Deliberately not emulated: cuBLAS, cuDNN, NCCL, streams and events (the test backend delegates GEMM and
- * convolution nowhere: gpu_check skips them), warp-synchronous code without a sync point (there is none), timing.
+ * Deliberately not emulated: cuBLAS, cuDNN, NCCL, streams and events (the test backend, cuda_emu_backend.cpp,
+ * lacks GEMM and convolution or takes them from the CPU backend), warp-synchronous code without a sync point (there
+ * is none), timing.
  */
 #ifndef TFB_CUDA_EMU_H
 #define TFB_CUDA_EMU_H

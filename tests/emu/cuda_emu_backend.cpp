@@ -1,14 +1,26 @@
 /* cuda_emu_backend.cpp — a tfb_backend named "cuda-emu" whose ops are the CUDA backend's own (cuda_ops.cu,
  * cuda_cnn.cu, cuda_shard.cu, compiled for tests/emu/cuda_emu.h), with host memory standing in for device memory.
- * gpu_check --device cuda-emu checks them against the CPU backend on a machine with no GPU.
+ * gpu_check --device cuda-emu checks them against the CPU backend on a machine with no GPU; tfbench_emu trains
+ * with them.
  *
- * Deliberately absent: GEMM, convolution, timing marks and communication (cuBLAS, cuDNN, events and NCCL have no
- * emulation; gpu_check skips the checks of ops a backend lacks), and every device query but the SM count.
+ * cuBLAS, cuDNN, CUDA events and NCCL have no emulation. Without a CPU delegate the backend lacks GEMM,
+ * convolution, timing marks and communication (gpu_check skips the checks of ops a backend lacks); with one, those
+ * (and memory, so its accounting sees every buffer) are the delegate's, so whole training steps run with every
+ * other op on the CUDA kernels. Deliberately absent either way: every device query but the SM count.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include "cuda_internal.h"
 #include "cuda_emu_backend.h"
+
+/* The backend's context: what the CUDA kernels' host code reads (first, so a cuda_ctx * is an emu_ctx *), and the
+ * CPU backend that GEMM, convolution, memory, marks and communication are delegated to, or NULL. */
+typedef struct {
+    cuda_ctx c;
+    tfb_backend *cpu;
+} emu_ctx;
+
+static tfb_backend *cpu_of(void *ctx) { return ((emu_ctx *)ctx)->cpu; }
 
 /* Device memory is host memory: every allocation zero-filled, like cuda_alloc. */
 static void *emu_alloc(void *ctx, size_t bytes) {
@@ -33,13 +45,15 @@ static tfb_status emu_sync(void *ctx) {
 }
 
 static void emu_destroy(tfb_backend *be) {
-    cuda_ctx *c = (cuda_ctx *)be->ctx;
+    emu_ctx *e = (emu_ctx *)be->ctx;
+    cuda_ctx *c = &e->c;
+    if (e->cpu) e->cpu->destroy(e->cpu);
     free(c->flag);
     free(c->partials);
     free(c->scratch);
     free(c->workspace);
     free(c->gemm_ptrs);
-    free(c);
+    free(e);
     free(be);
 }
 
@@ -61,12 +75,58 @@ tfb_status tfb_cuda_grow(cuda_ctx *c, void **buf, size_t *have, size_t bytes) {
     return *buf ? TFB_OK : TFB_ERR_NOMEM;
 }
 
-/* sms: how many SMs the kernels size their grids for (the batch-norm reductions split channels by it). */
-extern "C" tfb_status tfb_cuda_emu_backend_create(int sms, tfb_backend **out) {
+/* ---- what a CPU delegate does: each call is the delegate's op on its own context ---- */
+
+static void *cpu_alloc(void *ctx, size_t bytes) { return cpu_of(ctx)->alloc(cpu_of(ctx)->ctx, bytes); }
+static void cpu_free(void *ctx, void *p) { cpu_of(ctx)->free(cpu_of(ctx)->ctx, p); }
+static void cpu_mem_stats(void *ctx, size_t *in_use, size_t *peak, int reset_peak) {
+    cpu_of(ctx)->mem_stats(cpu_of(ctx)->ctx, in_use, peak, reset_peak);
+}
+static tfb_status cpu_marks_reserve(void *ctx, int n) { return cpu_of(ctx)->marks_reserve(cpu_of(ctx)->ctx, n); }
+static tfb_status cpu_mark(void *ctx, int i) { return cpu_of(ctx)->mark(cpu_of(ctx)->ctx, i); }
+static tfb_status cpu_mark_seconds(void *ctx, int a, int b, double *seconds) {
+    return cpu_of(ctx)->mark_seconds(cpu_of(ctx)->ctx, a, b, seconds);
+}
+static tfb_status cpu_gemm(void *ctx, const tfb_gemm_desc *d) { return cpu_of(ctx)->gemm(cpu_of(ctx)->ctx, d); }
+static tfb_status cpu_conv_fwd(void *ctx, const tfb_conv_desc *d, void *y, const void *x, const void *w) {
+    return cpu_of(ctx)->conv_fwd(cpu_of(ctx)->ctx, d, y, x, w);
+}
+static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, void *dx, const void *dy, const void *w) {
+    return cpu_of(ctx)->conv_bwd_data(cpu_of(ctx)->ctx, d, dx, dy, w);
+}
+static tfb_status cpu_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *dw, const void *x, const void *dy) {
+    return cpu_of(ctx)->conv_bwd_filter(cpu_of(ctx)->ctx, d, dw, x, dy);
+}
+
+/* The delegate's ops over be's, where the delegate has them (communication needs none: buffers are host memory). */
+static void emu_delegate(tfb_backend *be, const tfb_backend *cpu) {
+    be->alloc = cpu_alloc; be->free = cpu_free; be->mem_stats = cpu_mem_stats;
+    be->threads = cpu->threads;
+    be->device_memory_bytes = cpu->device_memory_bytes;
+    if (cpu->marks_reserve) {
+        be->marks_reserve = cpu_marks_reserve;
+        be->mark = cpu_mark;
+        be->mark_seconds = cpu_mark_seconds;
+    }
+    if (cpu->gemm) be->gemm = cpu_gemm;
+    if (cpu->conv_fwd) be->conv_fwd = cpu_conv_fwd;
+    if (cpu->conv_bwd_data) be->conv_bwd_data = cpu_conv_bwd_data;
+    if (cpu->conv_bwd_filter) be->conv_bwd_filter = cpu_conv_bwd_filter;
+}
+
+/* sms: how many SMs the kernels size their grids for (the batch-norm reductions split channels by it); cpu: the
+ * delegate (owned from here on, also on failure), or NULL. */
+extern "C" tfb_status tfb_cuda_emu_backend_create(int sms, tfb_backend *cpu, tfb_backend **out) {
     tfb_backend *be = (tfb_backend *)calloc(1, sizeof *be);
-    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
+    emu_ctx *e = (emu_ctx *)calloc(1, sizeof *e);
+    cuda_ctx *c = e ? &e->c : NULL;
     int *flag = (int *)calloc(1, sizeof(int));
-    if (!be || !c || !flag) { free(be); free(c); free(flag); return TFB_ERR_NOMEM; }
+    if (!be || !e || !flag) {
+        free(be); free(e); free(flag);
+        if (cpu) cpu->destroy(cpu);
+        return TFB_ERR_NOMEM;
+    }
+    e->cpu = cpu;
     c->sms = sms;
     c->flag = flag;
     snprintf(c->name, sizeof c->name, "CUDA kernels emulated on the CPU, %d SMs", sms);
@@ -82,6 +142,7 @@ extern "C" tfb_status tfb_cuda_emu_backend_create(int sms, tfb_backend **out) {
     tfb_cuda_ops_install(be);
     tfb_cuda_cnn_install(be);
     tfb_cuda_shard_install(be);
+    if (cpu) emu_delegate(be, cpu);
     *out = be;
     return TFB_OK;
 }
