@@ -305,7 +305,7 @@ static void check_embedding(void) {
 }
 
 static void check_layernorm(void) {
-    int n = 130, h = 768;
+    int n = 1030, h = 768; /* three row blocks per column tile in the parameter gradients' reduction */
     size_t nh = (size_t)n * h;
     pair x = rand_f32(nh, -2, 3), g = rand_f32((size_t)h, 0.5f, 1.5f), be_ = rand_f32((size_t)h, -1, 1);
     pair y = poisoned(nh), mean = poisoned((size_t)n), rstd = poisoned((size_t)n), dy = rand_f32(nh, -1, 1);
@@ -566,6 +566,47 @@ static void check_bias(void) {
     pair bwd[2] = {dy, db};
     verdict("act_bias_bwd gelu", "fp32", TOL_FP32, bwd, 2);
     release(&x); release(&bias); release(&db); release(&pre); release(&y); release(&dy);
+}
+
+/* Device output a of two runs from equal starts (c the second run's) as bits: the error is the largest difference
+ * over the largest |a|, and anything but 0 fails. */
+static void verdict_same(const char *name, const pair *a, const pair *c) {
+    float *x = download(1, a), *y = download(1, c);
+    double err = tfb_rel_error(x, y, a->n);
+    int ok = memcmp(x, y, a->n * sizeof *x) == 0;
+    free(x);
+    free(y);
+    G.checks++;
+    G.failed += !ok;
+    printf("| %-40s | %-4s | %10.3g | %7.0e | %-4s |\n", name, "fp32", err, 0.0, ok ? "PASS" : "FAIL");
+}
+
+/* The column reductions give the same bits every run (bert-large's FFN shape: 16 row blocks per column tile,
+ * which arrive in a different order each run on a GPU): bias_grad, act_bias_bwd's bias gradient, and the
+ * LayerNorm parameter gradients, each run twice onto equal accumulators. */
+static void check_repeatable(void) {
+    int n = 8192, h = 1024;
+    size_t nh = (size_t)n * h;
+    pair dy = rand_f32(nh, -1, 1), x = rand_f32(nh, -2, 2), g = rand_f32((size_t)h, 0.5f, 1.5f);
+    pair mean = rand_f32((size_t)n, -0.1f, 0.1f), rstd = rand_f32((size_t)n, 0.5f, 1.5f), dx = poisoned(nh);
+    pair acc[2][3];
+    float *zeros = calloc((size_t)h, sizeof *zeros);
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 3; k++) acc[r][k] = upload(zeros, (size_t)h, 4);
+    free(zeros);
+    for (int r = 0; r < 2; r++) {
+        BOTH(be->bias_grad(be->ctx, F(acc[r][0]), F(dy), n, h));
+        BOTH(ACT_BIAS_BWD(NULL, TFB_F32, F(acc[r][0]), F(dy), TFB_F32, F(x), TFB_F32, NULL, n, h));
+        BOTH(be->layernorm_bwd(be->ctx, F(dx), F(acc[r][1]), F(acc[r][2]), F(dy), F(x), F(mean), F(rstd), F(g),
+                               n, h));
+    }
+    verdict_same("repeatable: bias_grad + act_bias_bwd", &acc[0][0], &acc[1][0]);
+    verdict_same("repeatable: layernorm dgamma", &acc[0][1], &acc[1][1]);
+    verdict_same("repeatable: layernorm dbeta", &acc[0][2], &acc[1][2]);
+    verdict("layernorm dgamma (8192 rows)", "fp32", TOL_FP32, &acc[0][1], 1);
+    release(&dy); release(&x); release(&g); release(&mean); release(&rstd); release(&dx);
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 3; k++) release(&acc[r][k]);
 }
 
 static void check_dropout(void) {
@@ -1016,6 +1057,7 @@ static void gc_run_all(void) {
     check_add_relu(TFB_F16, TFB_F16);
     check_add_relu(TFB_BF16, TFB_BF16);
     check_bias();
+    check_repeatable();
     check_dropout();
     check_xent();
     check_xent_shard();

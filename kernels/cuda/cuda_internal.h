@@ -31,7 +31,10 @@ typedef struct {
     cudnnHandle_t dnn;
     void *workspace; size_t workspace_bytes;  /* cuDNN workspace, grown on demand */
     void *scratch; size_t scratch_bytes;      /* FP32-sized staging for 16-bit convolution outputs */
-    void *partials; size_t partials_bytes;    /* per-block partial sums of the batch-norm channel reductions */
+    void *partials; size_t partials_bytes;    /* per-block partial sums of the batch-norm channel reductions and
+                                               * of the column reductions (cuda_ops.cu) */
+    void *tickets; size_t tickets_bytes;      /* per column tile: the column reductions' blocks arrived (0 between
+                                               * launches) */
     void *gemm_ptrs; size_t gemm_ptrs_bytes;  /* (3, batch) matrix addresses of a grouped batched GEMM */
     int sms;                                  /* streaming multiprocessors: how many blocks fill the GPU */
     int *flag;                                /* one device int for check_finite */

@@ -4,8 +4,10 @@
  *
  * Row ops (LayerNorm, softmax, cross-entropy) run one block per row, except attention's softmax with its dropout
  * (rows of at most 1024 columns: one warp per row, held in registers); column reductions (bias and LayerNorm
- * parameter gradients) give each thread a column and a slice of rows, reduce the slice in shared memory and add
- * the block's partial with atomicAdd (so their last bits depend on scheduling). Element-wise ops use grid-stride
+ * parameter gradients) give each thread a column and a slice of rows, reduce the slice in shared memory, and the
+ * last block of each column tile adds the blocks' partials in a fixed order (col_sums_add: the same bits every
+ * run, which atomicAdd did not give). The embedding backward and the loss sum still use atomicAdd (their last
+ * bits depend on scheduling). Element-wise ops use grid-stride
  * loops. Fused: bias + activation (forward) and activation gradient + bias gradient (backward), one pass each; the
  * AdamW and SGD kernels apply the loss-scale unscale (grad_scale) in the update pass, and their pool forms update
  * every parameter tensor in one launch (weight decay by a binary search of the decay runs).
@@ -27,6 +29,54 @@ static cudaStream_t S(void *ctx) { return ((cuda_ctx *)ctx)->stream; }
 static unsigned col_row_blocks(int n) {
     int b = (n + COL_TY * 64 - 1) / (COL_TY * 64);
     return (unsigned)(b < 1 ? 1 : b > 1024 ? 1024 : b);
+}
+
+/* ---- column reductions ---- */
+
+/* Scratch of a column reduction of `outs` sums over h columns in `ry` row blocks: partials (outs, ry, h), and the
+ * arrival counters of the column tiles, zero from their allocation and reset by each launch's last blocks. */
+static tfb_status col_scratch(void *ctx, int outs, unsigned ry, int h, float **part, unsigned **ticket) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    size_t tiles = ((size_t)h + COL_TX - 1) / COL_TX;
+    TFB_CHECK(tfb_cuda_grow(c, &c->partials, &c->partials_bytes, (size_t)outs * ry * h * sizeof(float)));
+    TFB_CHECK(tfb_cuda_grow(c, &c->tickets, &c->tickets_bytes, tiles * sizeof(unsigned)));
+    *part = (float *)c->partials;
+    *ticket = (unsigned *)c->tickets;
+    return TFB_OK;
+}
+
+/* o0[j] (and o1[j] when K == 2) += the block grid's column sums, the same bits every run. a0 (a1): this thread's
+ * sum of column j = blockIdx.x * COL_TX + threadIdx.x over its rows. They are added over threadIdx.y into the
+ * block's partial (k, blockIdx.y, j); the block that arrives last at its column tile adds the tile's partials to
+ * the output in row-block order. Every thread of the (COL_TX, COL_TY) block calls it. */
+template <int K>
+__device__ void col_sums_add(float *o0, float *o1, float a0, float a1, float *part, unsigned *ticket, int h) {
+    __shared__ float s[K][COL_TY][COL_TX + 1];
+    __shared__ int last;
+    int j = blockIdx.x * COL_TX + threadIdx.x;
+    size_t plane = (size_t)gridDim.y * h;
+    s[0][threadIdx.y][threadIdx.x] = a0;
+    if (K == 2) s[K - 1][threadIdx.y][threadIdx.x] = a1;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < h)
+        for (int k = 0; k < K; k++) {
+            float t = s[k][0][threadIdx.x];
+            for (int y = 1; y < COL_TY; y++) t += s[k][y][threadIdx.x];
+            part[k * plane + (size_t)blockIdx.y * h + j] = t;
+        }
+    __threadfence(); /* this block's partials visible to every block before it counts itself */
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        last = atomicAdd(&ticket[blockIdx.x], 1u) == gridDim.y - 1;
+        if (last) ticket[blockIdx.x] = 0; /* the whole tile has arrived: ready for the next launch */
+    }
+    __syncthreads();
+    if (!last || threadIdx.y != 0 || j >= h) return;
+    for (int k = 0; k < K; k++) {
+        float *o = k == 0 ? o0 : o1, t = o[j];
+        for (unsigned r = 0; r < gridDim.y; r++) t += __ldcg(&part[k * plane + (size_t)r * h + j]);
+        o[j] = t;
+    }
 }
 
 /* ---- fills ---- */
@@ -123,8 +173,8 @@ static tfb_status cuda_layernorm_fwd(void *ctx, float *out, float *mean, float *
 
 /* dgamma (h) += sum_i dy * xhat, dbeta (h) += sum_i dy: block (32, 8) per 32 columns and a slice of rows */
 __global__ void k_layernorm_param_grads(float *dgamma, float *dbeta, const float *dout, const float *in,
-                                        const float *mean, const float *rstd, int n, int h) {
-    __shared__ float sg[COL_TY][COL_TX + 1], sb[COL_TY][COL_TX + 1];
+                                        const float *mean, const float *rstd, int n, int h, float *part,
+                                        unsigned *ticket) {
     int j = blockIdx.x * COL_TX + threadIdx.x;
     float g = 0.0f, b = 0.0f;
     if (j < h)
@@ -133,13 +183,18 @@ __global__ void k_layernorm_param_grads(float *dgamma, float *dbeta, const float
             g += dy * (in[(size_t)i * h + j] - mean[i]) * rstd[i];
             b += dy;
         }
-    sg[threadIdx.y][threadIdx.x] = g;
-    sb[threadIdx.y][threadIdx.x] = b;
-    __syncthreads();
-    if (threadIdx.y != 0 || j >= h) return;
-    for (int t = 1; t < COL_TY; t++) { g += sg[t][threadIdx.x]; b += sb[t][threadIdx.x]; }
-    atomicAdd(&dgamma[j], g);
-    atomicAdd(&dbeta[j], b);
+    col_sums_add<2>(dgamma, dbeta, g, b, part, ticket, h);
+}
+
+static tfb_status layernorm_param_grads(void *ctx, float *dgamma, float *dbeta, const float *dout, const float *in,
+                                        const float *mean, const float *rstd, int n, int h) {
+    dim3 grid((h + COL_TX - 1) / COL_TX, col_row_blocks(n)), block(COL_TX, COL_TY);
+    float *part;
+    unsigned *ticket;
+    TFB_CHECK(col_scratch(ctx, 2, grid.y, h, &part, &ticket));
+    k_layernorm_param_grads<<<grid, block, 0, S(ctx)>>>(dgamma, dbeta, dout, in, mean, rstd, n, h, part, ticket);
+    TFB_CHECK_LAUNCH();
+    return TFB_OK;
 }
 
 __global__ void k_layernorm_bwd(float *din, const float *dout, const float *in, const float *mean,
@@ -163,9 +218,7 @@ static tfb_status cuda_layernorm_bwd(void *ctx, float *din, float *dgamma, float
                                      const float *in, const float *mean, const float *rstd, const float *gamma,
                                      int n, int h) {
     if (n < 1) return TFB_OK;
-    dim3 grid((h + COL_TX - 1) / COL_TX, col_row_blocks(n)), block(COL_TX, COL_TY);
-    k_layernorm_param_grads<<<grid, block, 0, S(ctx)>>>(dgamma, dbeta, dout, in, mean, rstd, n, h);
-    TFB_CHECK_LAUNCH();
+    TFB_CHECK(layernorm_param_grads(ctx, dgamma, dbeta, dout, in, mean, rstd, n, h));
     k_layernorm_bwd<<<n, ROW_THREADS, 0, S(ctx)>>>(din, dout, in, mean, rstd, gamma, h);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
@@ -265,9 +318,7 @@ static tfb_status cuda_residual_ln_bwd(void *ctx, const tfb_residual_ln_desc *d,
     if (d->rows < 0 || d->cols < 1) return TFB_ERR_ARG;
     if (d->rows == 0) return TFB_OK;
     int n = d->rows, h = d->cols;
-    dim3 grid((h + COL_TX - 1) / COL_TX, col_row_blocks(n)), block(COL_TX, COL_TY);
-    k_layernorm_param_grads<<<grid, block, 0, S(ctx)>>>(dgamma, dbeta, dy, d->h, d->mean, d->rstd, n, h);
-    TFB_CHECK_LAUNCH();
+    TFB_CHECK(layernorm_param_grads(ctx, dgamma, dbeta, dy, d->h, d->mean, d->rstd, n, h));
     k_residual_ln_bwd<<<n, ROW_THREADS, 0, S(ctx)>>>(*d, dh, dx, (int)dx_type, dy);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
@@ -355,23 +406,21 @@ static tfb_status cuda_bias_add(void *ctx, float *x, const float *bias, int n, i
     return TFB_OK;
 }
 
-__global__ void k_bias_grad(float *dbias, const float *dout, int n, int h) {
-    __shared__ float part[COL_TY][COL_TX + 1];
+__global__ void k_bias_grad(float *dbias, const float *dout, int n, int h, float *part, unsigned *ticket) {
     int j = blockIdx.x * COL_TX + threadIdx.x;
     float acc = 0.0f;
     if (j < h)
         for (int i = blockIdx.y * COL_TY + threadIdx.y; i < n; i += gridDim.y * COL_TY) acc += dout[(size_t)i * h + j];
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y != 0 || j >= h) return;
-    for (int t = 1; t < COL_TY; t++) acc += part[t][threadIdx.x];
-    atomicAdd(&dbias[j], acc);
+    col_sums_add<1>(dbias, NULL, acc, 0.0f, part, ticket, h);
 }
 
 static tfb_status cuda_bias_grad(void *ctx, float *dbias, const float *dout, int n, int h) {
     if (n < 1) return TFB_OK;
     dim3 grid((h + COL_TX - 1) / COL_TX, col_row_blocks(n)), block(COL_TX, COL_TY);
-    k_bias_grad<<<grid, block, 0, S(ctx)>>>(dbias, dout, n, h);
+    float *part;
+    unsigned *ticket;
+    TFB_CHECK(col_scratch(ctx, 1, grid.y, h, &part, &ticket));
+    k_bias_grad<<<grid, block, 0, S(ctx)>>>(dbias, dout, n, h, part, ticket);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -395,8 +444,7 @@ static tfb_status cuda_bias_act_fwd(void *ctx, tfb_act act, void *out, tfb_dtype
 
 /* din = dout * act'(pre + bias) written (in din_type, unless din is NULL) while its FP32 column sums are reduced
  * as in k_bias_grad; each element is read before it is written, by the same thread, so din may alias dout */
-__global__ void k_act_bias_bwd(tfb_act_bias_bwd_desc d) {
-    __shared__ float part[COL_TY][COL_TX + 1];
+__global__ void k_act_bias_bwd(tfb_act_bias_bwd_desc d, float *part, unsigned *ticket) {
     int j = blockIdx.x * COL_TX + threadIdx.x, h = d.h;
     float acc = 0.0f, b = j < h && d.bias ? d.bias[j] : 0.0f;
     if (j < h)
@@ -407,17 +455,16 @@ __global__ void k_act_bias_bwd(tfb_act_bias_bwd_desc d) {
             if (d.din) tfb_store_elem(d.din, (int)d.din_type, e, g);
             acc += g;
         }
-    part[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y != 0 || j >= h) return;
-    for (int t = 1; t < COL_TY; t++) acc += part[t][threadIdx.x];
-    atomicAdd(&d.dbias[j], acc);
+    col_sums_add<1>(d.dbias, NULL, acc, 0.0f, part, ticket, h);
 }
 
 static tfb_status cuda_act_bias_bwd(void *ctx, const tfb_act_bias_bwd_desc *d) {
     if (d->n < 1) return TFB_OK;
     dim3 grid((d->h + COL_TX - 1) / COL_TX, col_row_blocks(d->n)), block(COL_TX, COL_TY);
-    k_act_bias_bwd<<<grid, block, 0, S(ctx)>>>(*d);
+    float *part;
+    unsigned *ticket;
+    TFB_CHECK(col_scratch(ctx, 1, grid.y, d->h, &part, &ticket));
+    k_act_bias_bwd<<<grid, block, 0, S(ctx)>>>(*d, part, ticket);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }

@@ -50,6 +50,7 @@ static void emu_destroy(tfb_backend *be) {
     if (e->cpu) e->cpu->destroy(e->cpu);
     free(c->flag);
     free(c->partials);
+    free(c->tickets);
     free(c->scratch);
     free(c->workspace);
     free(c->gemm_ptrs);
