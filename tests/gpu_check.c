@@ -581,6 +581,19 @@ static void verdict_same(const char *name, const pair *a, const pair *c) {
     printf("| %-40s | %-4s | %10.3g | %7.0e | %-4s |\n", name, "fp32", err, 0.0, ok ? "PASS" : "FAIL");
 }
 
+/* The cross-entropy's loss sum over 8192 rows (a third of them ignored), twice: the same bits. */
+static void check_repeatable_loss(void) {
+    int n = 8192, v = 200;
+    pair logits = rand_f32((size_t)n * v, -3, 3), labels = rand_int((size_t)n, -v / 2, v), loss[2];
+    for (int r = 0; r < 2; r++) {
+        loss[r] = poisoned(1);
+        BOTH(be->xent_fwd(be->ctx, F(loss[r]), F(logits), I(labels), n, v));
+    }
+    verdict_same("repeatable: xent loss sum", &loss[0], &loss[1]);
+    verdict("xent loss sum (8192 rows)", "fp32", TOL_FP32, &loss[0], 1);
+    release(&logits); release(&labels); release(&loss[0]); release(&loss[1]);
+}
+
 /* The column reductions give the same bits every run (bert-large's FFN shape: 16 row blocks per column tile,
  * which arrive in a different order each run on a GPU): bias_grad, act_bias_bwd's bias gradient, and the
  * LayerNorm parameter gradients, each run twice onto equal accumulators. */
@@ -607,6 +620,7 @@ static void check_repeatable(void) {
     release(&dy); release(&x); release(&g); release(&mean); release(&rstd); release(&dx);
     for (int r = 0; r < 2; r++)
         for (int k = 0; k < 3; k++) release(&acc[r][k]);
+    check_repeatable_loss();
 }
 
 static void check_dropout(void) {

@@ -6,8 +6,8 @@
  * (rows of at most 1024 columns: one warp per row, held in registers); column reductions (bias and LayerNorm
  * parameter gradients) give each thread a column and a slice of rows, reduce the slice in shared memory, and the
  * last block of each column tile adds the blocks' partials in a fixed order (col_sums_add: the same bits every
- * run, which atomicAdd did not give). The embedding backward and the loss sum still use atomicAdd (their last
- * bits depend on scheduling). Element-wise ops use grid-stride
+ * run, which atomicAdd did not give); the cross-entropy's loss sum ends the same way. The embedding backward still
+ * uses atomicAdd (its last bits depend on scheduling). Element-wise ops use grid-stride
  * loops. Fused: bias + activation (forward) and activation gradient + bias gradient (backward), one pass each; the
  * AdamW and SGD kernels apply the loss-scale unscale (grad_scale) in the update pass, and their pool forms update
  * every parameter tensor in one launch (weight decay by a binary search of the decay runs).
@@ -34,7 +34,8 @@ static unsigned col_row_blocks(int n) {
 /* ---- column reductions ---- */
 
 /* Scratch of a column reduction of `outs` sums over h columns in `ry` row blocks: partials (outs, ry, h), and the
- * arrival counters of the column tiles, zero from their allocation and reset by each launch's last blocks. */
+ * arrival counters of the column tiles, zero from their allocation and reset by each launch's last blocks. (A
+ * row sum, as the loss's, is one column.) */
 static tfb_status col_scratch(void *ctx, int outs, unsigned ry, int h, float **part, unsigned **ticket) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     size_t tiles = ((size_t)h + COL_TX - 1) / COL_TX;
@@ -689,22 +690,42 @@ static tfb_status cuda_attn_softmax_bwd(void *ctx, const tfb_attn_softmax_desc *
 
 /* ---- cross-entropy ---- */
 
-__global__ void k_xent_fwd(float *loss_sum, const float *logits, const int *labels, int v) {
+/* *loss_sum = the sum of the rows' losses (0 for an ignored row): each block writes its row's to part[row]; the
+ * block that arrives last (counted in *ticket, which it resets) adds them in a fixed order, so the loss has the
+ * same bits every run. */
+__global__ void k_xent_fwd(float *loss_sum, const float *logits, const int *labels, int v, float *part,
+                           unsigned *ticket) {
+    __shared__ int last;
     int label = labels[blockIdx.x];
-    if (label < 0) return;
     const float *x = logits + (size_t)blockIdx.x * v;
     float mx = -INFINITY, s = 0.0f;
-    for (int j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, x[j]);
-    mx = tfb_block_max(mx);
-    for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - mx);
-    s = tfb_block_sum(s);
-    if (threadIdx.x == 0) atomicAdd(loss_sum, logf(s) + mx - x[label]);
+    if (label >= 0) {
+        for (int j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, x[j]);
+        mx = tfb_block_max(mx);
+        for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - mx);
+        s = tfb_block_sum(s);
+    }
+    if (threadIdx.x == 0) {
+        part[blockIdx.x] = label >= 0 ? logf(s) + mx - x[label] : 0.0f;
+        __threadfence(); /* the row's loss visible to every block before this block counts itself */
+        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+        if (last) *ticket = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    float t = 0.0f;
+    for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x) t += __ldcg(&part[i]);
+    t = tfb_block_sum(t);
+    if (threadIdx.x == 0) *loss_sum = t;
 }
 
 static tfb_status cuda_xent_fwd(void *ctx, float *loss_sum, const float *logits, const int *labels, int n, int v) {
     TFB_CHECK_CUDA(cudaMemsetAsync(loss_sum, 0, sizeof(float), S(ctx)));
     if (n < 1) return TFB_OK;
-    k_xent_fwd<<<n, ROW_THREADS, 0, S(ctx)>>>(loss_sum, logits, labels, v);
+    float *part;
+    unsigned *ticket;
+    TFB_CHECK(col_scratch(ctx, 1, (unsigned)n, 1, &part, &ticket));
+    k_xent_fwd<<<n, ROW_THREADS, 0, S(ctx)>>>(loss_sum, logits, labels, v, part, ticket);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
