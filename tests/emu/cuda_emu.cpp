@@ -252,10 +252,10 @@ void tfb_emu_run(const char *kernel, dim3 grid, dim3 block, void (*body)(void *)
     E.threads = (int)(block.x * block.y * block.z);
     gridDim = grid;
     blockDim = block;
-    for (unsigned z = 0; z < grid.z; z++)
+    for (unsigned z = 0; z < grid.z; z++) /* blocks one after another, in index order or reversed */
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
-                blockIdx = make_uint3(x, y, z);
+                blockIdx = E.reverse ? make_uint3(grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z) : make_uint3(x, y, z);
                 block_run();
             }
 }

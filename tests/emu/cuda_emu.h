@@ -4,12 +4,12 @@
  * into plain C++ (every `k<<<grid, block, shmem, stream>>>(args)` becomes a tfb_emu_launch call).
  *
  * Model: a block's threads are fibers on one host thread, run one at a time in index order (or reversed, with
- * TFB_EMU_REVERSE=1, so a missing barrier shows as a different result); each runs until it reaches
- * __syncthreads or a warp shuffle, which release only when every thread (every lane) has arrived. Shared memory
- * is a static variable (blocks run one after another); atomics are plain read-modify-writes (no thread is
- * preempted between two sync points). A shuffle that not all of its warp's lanes reach, or a launch CUDA would
- * reject (more than 1024 threads, a grid dimension out of range), is reported: the first aborts, the second is
- * returned by cudaGetLastError as on a GPU.
+ * TFB_EMU_REVERSE=1, so a missing barrier shows as a different result; blocks too then run last first); each
+ * runs until it reaches __syncthreads or a warp shuffle, which release only when every thread (every lane) has
+ * arrived. Shared memory is a static variable (blocks run one after another); atomics are plain read-modify-writes
+ * (no thread is preempted between two sync points). A shuffle that not all of its warp's lanes reach, or a launch
+ * CUDA would reject (more than 1024 threads, a grid dimension out of range), is reported: the first aborts, the
+ * second is returned by cudaGetLastError as on a GPU.
  *
  * Deliberately not emulated: cuBLAS, cuDNN, NCCL, streams and events (the test backend, cuda_emu_backend.cpp,
  * lacks GEMM and convolution or takes them from the CPU backend), warp-synchronous code without a sync point (there
