@@ -7,7 +7,8 @@
 #      same seed, the per-step losses compared (FP32 1e-5, TF32 5e-3, FP16/BF16 2e-2 relative); each row is
 #      printed as it completes, so a run cut off still shows what it reached; with two or more GPUs
 #      also bert-tiny tensor and pipeline parallel on two ranks against the CPU backend on two ranks, and
-#      `tfbench links --device cuda` on two ranks (NCCL collectives on GPU buffers, every result checked);
+#      `tfbench links --device cuda` on two ranks (NCCL collectives on GPU buffers, every result checked); then
+#      whether bert-tiny and resnet-tiny in FP16 repeat their losses bit for bit over two runs (a diagnostic);
 #   4. a short benchmark on one GPU: bert-large (batch 32, sequence 128) and resnet50 (batch 256) in FP32, TF32 and
 #      FP16 (resnet50's FP16 in NHWC, the default on a GPU, and in NCHW beside it), samples/s and MFU, and the allocator's measured peak beside the planned memory (what `tfbench
 #      estimate` predicts): the peak must lie between the plan and the plan plus the 1 GiB the estimate reserves
@@ -134,6 +135,32 @@ EOF
 done
 echo "gpu-check: training steps done in $(( $(date +%s) - start )) s"
 
+# Whether a run repeats itself bit for bit: each model in FP16 twice from the same seed, the per-step losses compared
+# exactly. A diagnostic that never fails the check (the embedding backward adds with atomics; cuDNN's search may
+# pick a non-deterministic algorithm); it says where repeatability stands on this GPU.
+repeat_rows=()
+for model in bert-tiny resnet-tiny; do
+    extra=()
+    [ "$model" = resnet-tiny ] && extra=(--lr 0.01)
+    for k in 1 2; do
+        run "$dev" "$model" fp16 10 0 "$out/repeat-$model-$k.json" --peak-tflops 1 --parallel data "${extra[@]}"
+    done
+    repeat_rows+=("| repeatable: $model fp16, 10 steps, two runs | $(python3 - "$out/repeat-$model-1.json" \
+        "$out/repeat-$model-2.json" <<'EOF'
+import json, sys
+try:
+    a, b = ([float(x).hex() for x in json.load(open(p))["configurations"][0]["per_step"]
+             ["loss_all_steps_including_warmup"]] for p in sys.argv[1:])
+except (OSError, ValueError, KeyError, IndexError):
+    print("a run failed |")
+    sys.exit()
+diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+print("yes: every loss the same bits |" if not diff and len(a) == len(b) == 10 else
+      f"no: from step {diff[0] if diff else min(len(a), len(b))} on |")
+EOF
+)")
+done
+
 # with two or more GPUs: the NCCL communicator's collectives on GPU buffers, checked on exact data (#wrong)
 links_row=""
 if [ "${gpus:-0}" -ge 2 ] && [ "$dev" = cuda ]; then
@@ -234,6 +261,7 @@ echo "gpu-check: $(grep -o '[0-9]* of [0-9]* checks passed' "$out/ops.txt")"
 grep FAIL "$out/ops.txt"
 echo "| model, layout | prec | last loss cpu vs gpu | max rel diff | tol | |"
 printf '%s\n' "${steps_rows[@]}"
+printf '%s\n' "${repeat_rows[@]}"
 echo "| model | prec[:layout] | batch | samples/s | MFU | PyTorch samples/s | tfbench / PyTorch | fwd / bwd / opt ms | GiB peak / planned | peak TFLOP/s from |"
 printf '%s\n' "${bench_rows[@]}"
 [ -n "$fused" ] && echo "$fused"
