@@ -233,17 +233,18 @@ def emu_vs_cpu(tag, args, ranks, tol):
         p = subprocess.run(cmd + base + ["--device", "cpu" if dev == "cpu" else "cuda", "--dump", d, "--output", out,
                                          "--progress", "off"], env=ENV, capture_output=True, text=True, timeout=600)
         runs[dev] = (d, flat(json.load(open(out))) if p.returncode == 0 and os.path.exists(out) else None, p)
-    (dc, rc, pc), (de, re_, pe) = runs["cpu"], runs["emu"]
-    if rc is None or re_ is None:
-        check(f"cuda_emu_steps_{tag}_run", False, f"cpu rc {pc.returncode} emu rc {pe.returncode} {pe.stderr[-300:]!r}")
+    (d_cpu, r_cpu, p_cpu), (d_emu, r_emu, p_emu) = runs["cpu"], runs["emu"]
+    if r_cpu is None or r_emu is None:
+        check(f"cuda_emu_steps_{tag}_run", False,
+              f"cpu rc {p_cpu.returncode} emu rc {p_emu.returncode} {p_emu.stderr[-300:]!r}")
         return
-    e_loss = max_rel(losses(re_), losses(rc))
+    e_loss = max_rel(losses(r_emu), losses(r_cpu))
     figs = [("loss", e_loss, e_loss, "")]
     for prefix in (("grad", "param_final") if ranks == 1 else ("param_final",)):
-        whole, worst, name = params_rel(dc, de, prefix, key_tol)
+        whole, worst, name = params_rel(d_cpu, d_emu, prefix, key_tol)
         figs.append((prefix, whole, worst, name))
     ok = e_loss < tol and all(w < tol and t < 10 * tol for _, w, t, _ in figs[1:])
-    check(f"cuda_emu_steps_{tag}_match_cpu", ok and len(losses(re_)) == EMU_STEPS,
+    check(f"cuda_emu_steps_{tag}_match_cpu", ok and len(losses(r_emu)) == EMU_STEPS,
           "; ".join(f"{k} {w:.3g} (worst {t:.3g} {n})" for k, w, t, n in figs))
     print(f"  {tag}: " + ", ".join(f"{k} {w:.2g}/{t:.2g}" for k, w, t, _ in figs))
 
