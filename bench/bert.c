@@ -207,7 +207,11 @@ typedef struct {
     int *ids, *types, *pos;       /* (N) */
     int *mlm_rows, *mlm_labels;   /* (M) row index into (N, H); original token */
     int *cls_rows, *nsp_labels;   /* (B) */
+    int *ids_order, *types_order, *pos_order; /* (N) the token indices sorted by ids, types, pos (tfb_embed_order):
+                                               * the embedding backward's sequence */
 } bert_batch;
+
+enum { BATCH_ARRAYS = 10 };
 
 typedef struct {
     bert_config cfg;
@@ -227,6 +231,7 @@ typedef struct {
     bert_batch *dev, *host;       /* [wc.slots] the batch in backend memory, and its host copy */
     tfb_mempool pools[3];         /* parameters+gradients, activations, batches */
     int *perm;                    /* (seq_len) host work space for choosing masked positions */
+    int *order_count;             /* (max(vocab, max_pos, type_vocab) + 1) host work space of tfb_embed_order */
     float *xstats;                /* (3M) host copy of the vocabulary-parallel softmax statistics */
     int last_slot;                /* the slot of the last batch loaded (for --dump) */
     int N, M, B;
@@ -316,8 +321,8 @@ static void plan_lowp(tfb_mempool *p, bert_model *m) {
 }
 
 static void plan_batch(tfb_mempool *p, bert_batch *b, int N, int M, int B) {
-    int **n[] = {&b->ids, &b->types, &b->pos};
-    for (int i = 0; i < 3; i++) tfb_mempool_add(p, (void **)n[i], (size_t)N * 4);
+    int **n[] = {&b->ids, &b->types, &b->pos, &b->ids_order, &b->types_order, &b->pos_order};
+    for (int i = 0; i < 6; i++) tfb_mempool_add(p, (void **)n[i], (size_t)N * 4);
     tfb_mempool_add(p, (void **)&b->mlm_rows, (size_t)M * 4);
     tfb_mempool_add(p, (void **)&b->mlm_labels, (size_t)M * 4);
     tfb_mempool_add(p, (void **)&b->cls_rows, (size_t)B * 4);
@@ -378,14 +383,32 @@ static void make_sample(bert_model *m, const bert_batch *h, int b, uint64_t samp
     h->nsp_labels[b] = (int)(draw(k, sample, 1u) & 1u);
 }
 
+/* The batch's arrays in one order: the device copy's (dev 1) or the host copy's. */
+static void batch_arrays(bert_model *m, int slot, int dev, int **a[BATCH_ARRAYS], size_t n[BATCH_ARRAYS]) {
+    bert_batch *b = dev ? &m->dev[slot] : &m->host[slot];
+    int **p[BATCH_ARRAYS] = {&b->ids, &b->types, &b->pos, &b->mlm_rows, &b->mlm_labels, &b->cls_rows,
+                             &b->nsp_labels, &b->ids_order, &b->types_order, &b->pos_order};
+    size_t N = (size_t)m->N, M = (size_t)m->M, B = (size_t)m->B;
+    size_t len[BATCH_ARRAYS] = {N, N, N, M, M, B, B, N, N, N};
+    for (int i = 0; i < BATCH_ARRAYS; i++) a[i] = p[i], n[i] = len[i];
+}
+
 static tfb_status upload_batch(bert_model *m, int slot) {
-    const bert_batch *d = &m->dev[slot], *h = &m->host[slot];
-    int *const dst[] = {d->ids, d->types, d->pos, d->mlm_rows, d->mlm_labels, d->cls_rows, d->nsp_labels};
-    int *const src[] = {h->ids, h->types, h->pos, h->mlm_rows, h->mlm_labels, h->cls_rows, h->nsp_labels};
-    size_t n[] = {(size_t)m->N, (size_t)m->N, (size_t)m->N, (size_t)m->M, (size_t)m->M, (size_t)m->B,
-                  (size_t)m->B};
-    for (int i = 0; i < 7; i++) TFB_CHECK(m->be->copy_h2d(m->be->ctx, dst[i], src[i], n[i] * sizeof(int)));
+    int **dst[BATCH_ARRAYS], **src[BATCH_ARRAYS];
+    size_t n[BATCH_ARRAYS];
+    batch_arrays(m, slot, 1, dst, n);
+    batch_arrays(m, slot, 0, src, n);
+    for (int i = 0; i < BATCH_ARRAYS; i++)
+        TFB_CHECK(m->be->copy_h2d(m->be->ctx, *dst[i], *src[i], n[i] * sizeof(int)));
     return TFB_OK;
+}
+
+/* The embeddings' backward sequences: each table's token order. */
+static void order_batch(bert_model *m, const bert_batch *h) {
+    const bert_config *c = &m->cfg;
+    tfb_embed_order(h->ids, m->N, c->vocab, h->ids_order, m->order_count);
+    tfb_embed_order(h->types, m->N, c->type_vocab, h->types_order, m->order_count);
+    tfb_embed_order(h->pos, m->N, c->max_pos, h->pos_order, m->order_count);
 }
 
 /* Only the stages that read tokens or labels need a batch. */
@@ -395,6 +418,7 @@ static tfb_status bert_load_batch(void *self, int step, int mb, int slot) {
     uint64_t first = (uint64_t)(m->wc.fixed_batch ? 0 : step) * m->wc.global_batch + m->wc.sample0 +
                      (uint64_t)mb * m->B;
     for (int b = 0; b < m->B; b++) make_sample(m, &m->host[slot], b, first + (uint64_t)b);
+    order_batch(m, &m->host[slot]);
     m->last_slot = slot;
     return upload_batch(m, slot);
 }
@@ -531,12 +555,12 @@ static tfb_status heads_bwd(bert_model *m, bert_slot *a, const bert_batch *d, fl
     TFB_CHECK(be->act_bias_bwd(be->ctx, &gelu));
     TFB_CHECK(bert_linear_bwd(c, m->dm1, m->g.mlm_w, NULL, m->dm2, a->mlm_in, m->w.mlm_w, M, H, H));
     TFB_CHECK(be->fill(be->ctx, m->dy, 0.0f, (size_t)m->N * H));
-    TFB_CHECK(be->embedding_bwd(be->ctx, m->dy, m->dm1, d->mlm_rows, M, H));
+    TFB_CHECK(be->embedding_bwd(be->ctx, m->dy, m->dm1, d->mlm_rows, NULL, M, H));
     TFB_CHECK(be->xent_bwd(be->ctx, a->nsp_logits, a->nsp_logits, d->nsp_labels, B, 2, loss_scale / B));
     TFB_CHECK(bert_linear_bwd(c, m->db1, m->g.nsp_w, m->g.nsp_b, a->nsp_logits, a->pooled, m->w.nsp_w, B, H, 2));
     TFB_CHECK(be->act_bwd(be->ctx, TFB_ACT_TANH, m->db1, m->db1, a->pool_pre, (size_t)B * H));
     TFB_CHECK(bert_linear_bwd(c, m->db2, m->g.pool_w, m->g.pool_b, m->db1, a->cls, m->w.pool_w, B, H, H));
-    return be->embedding_bwd(be->ctx, m->dy, m->db2, d->cls_rows, B, H);
+    return be->embedding_bwd(be->ctx, m->dy, m->db2, d->cls_rows, NULL, B, H);
 }
 
 static tfb_status embeddings_bwd(bert_model *m, bert_slot *a, const bert_batch *d) {
@@ -547,10 +571,12 @@ static tfb_status embeddings_bwd(bert_model *m, bert_slot *a, const bert_batch *
                               bert_dropout_key(&m->ctx, 0, m->ctx.sample0 * (size_t)m->wc.seq_len * H)));
     TFB_CHECK(be->layernorm_bwd(be->ctx, t, m->g.emb_ln_g, m->g.emb_ln_b, g, a->emb_sum, a->emb_mean, a->emb_rstd,
                                 m->w.emb_ln_g, N, H));
-    if (m->st.T > 1) TFB_CHECK(be->embedding_bwd_shard(be->ctx, m->g.word_emb, t, d->ids, N, H, m->st.v0, m->st.Vl));
-    else TFB_CHECK(be->embedding_bwd(be->ctx, m->g.word_emb, t, d->ids, N, H));
-    TFB_CHECK(be->embedding_bwd(be->ctx, m->g.pos_emb, t, d->pos, N, H));
-    return be->embedding_bwd(be->ctx, m->g.type_emb, t, d->types, N, H);
+    if (m->st.T > 1)
+        TFB_CHECK(be->embedding_bwd_shard(be->ctx, m->g.word_emb, t, d->ids, d->ids_order, N, H, m->st.v0,
+                                          m->st.Vl));
+    else TFB_CHECK(be->embedding_bwd(be->ctx, m->g.word_emb, t, d->ids, d->ids_order, N, H));
+    TFB_CHECK(be->embedding_bwd(be->ctx, m->g.pos_emb, t, d->pos, d->pos_order, N, H));
+    return be->embedding_bwd(be->ctx, m->g.type_emb, t, d->types, d->types_order, N, H);
 }
 
 static size_t offset_of(bert_model *m, const float *grad) { return (size_t)(grad - m->wl.grad_pool); }
@@ -638,6 +664,7 @@ static void bert_destroy(void *self) {
     free(m->dev);
     free(m->host);
     free(m->perm);
+    free(m->order_count);
     free(m->xstats);
     free(m->wl.unit_s);
     free(m);
@@ -735,11 +762,11 @@ static tfb_status plan_all(bert_model *m) {
     for (int i = 0; i < 3; i++) TFB_CHECK(tfb_mempool_commit(&m->pools[i], m->be, i == 2));
     chain_layer_casts(m);
     for (int i = 0; i < m->wc.slots; i++) {
-        int **dev[] = {&m->dev[i].ids, &m->dev[i].types, &m->dev[i].pos, &m->dev[i].mlm_rows,
-                       &m->dev[i].mlm_labels, &m->dev[i].cls_rows, &m->dev[i].nsp_labels};
-        int **host[] = {&m->host[i].ids, &m->host[i].types, &m->host[i].pos, &m->host[i].mlm_rows,
-                        &m->host[i].mlm_labels, &m->host[i].cls_rows, &m->host[i].nsp_labels};
-        for (int k = 0; k < 7; k++) *host[k] = tfb_mempool_mirror(&m->pools[2], *dev[k]);
+        int **dev[BATCH_ARRAYS], **host[BATCH_ARRAYS];
+        size_t n[BATCH_ARRAYS];
+        batch_arrays(m, i, 1, dev, n);
+        batch_arrays(m, i, 0, host, n);
+        for (int k = 0; k < BATCH_ARRAYS; k++) *host[k] = tfb_mempool_mirror(&m->pools[2], *dev[k]);
     }
     return TFB_OK;
 }
@@ -779,7 +806,12 @@ static tfb_status alloc_host_state(bert_model *m) {
     m->host = calloc((size_t)S, sizeof *m->host);
     m->perm = malloc((size_t)m->wc.seq_len * sizeof(int));
     m->xstats = malloc(((size_t)m->M * 3 + 1) * sizeof(float));
-    if (!m->xstats || !m->w.layer || !m->g.layer || !m->slot || !m->busy || !m->dev || !m->host || !m->perm) return TFB_ERR_NOMEM;
+    int vals = m->cfg.vocab > m->cfg.max_pos ? m->cfg.vocab : m->cfg.max_pos;
+    vals = vals > m->cfg.type_vocab ? vals : m->cfg.type_vocab;
+    m->order_count = malloc(((size_t)vals + 1) * sizeof(int));
+    if (!m->xstats || !m->w.layer || !m->g.layer || !m->slot || !m->busy || !m->dev || !m->host || !m->perm ||
+        !m->order_count)
+        return TFB_ERR_NOMEM;
     for (int i = 0; i < S; i++)
         if (!(m->slot[i].layer = calloc((size_t)L, sizeof(bert_layer_acts)))) return TFB_ERR_NOMEM;
     return TFB_OK;

@@ -26,6 +26,12 @@ typedef enum { TFB_NCHW = 0, TFB_NHWC = 1 } tfb_layout;
 static inline size_t tfb_dtype_size(tfb_dtype t) { return t == TFB_F32 ? 4 : 2; }
 const char *tfb_dtype_name(tfb_dtype t);
 
+/* The embedding backward's fixed sequence (embedding_bwd) sums the id-sorted order in chunks of this many tokens. */
+#define TFB_EMBED_CHUNK 32
+/* order (n) = 0 .. n-1 sorted stably by ids[i], each in [0, nvals) (a counting sort, run on the host with the
+ * batch); count: nvals + 1 ints of work space. */
+void tfb_embed_order(const int *ids, int n, int nvals, int *order, int *count);
+
 /* C = alpha * op(A) @ op(B) + beta * C for `batch` matrices, row-major. op(A) is (m, k), op(B) is (k, n), C is
  * (m, n). A and B are of type `in_type`; accumulation is FP32, and so is C unless c_type names in_type's 16-bit
  * type (the result rounded once as it is written, so the op reading it takes half the bytes). Matrix i starts at
@@ -207,8 +213,12 @@ struct tfb_backend {
     /* out (n, h) [+]= table[ids[i]] (rows, h); also the gather of rows by index. accumulate: 0 writes, 1 adds. */
     tfb_status (*embedding_fwd)(void *ctx, float *out, const float *table, const int *ids, int n, int h,
                                 int accumulate);
-    /* dtable (rows, h) += scatter of dout (n, h) by ids */
-    tfb_status (*embedding_bwd)(void *ctx, float *dtable, const float *dout, const int *ids, int n, int h);
+    /* dtable (rows, h) += scatter of dout (n, h) by ids, each row's sum in one fixed sequence whatever the backend:
+     * order (n) lists the token indices sorted stably by id (tfb_embed_order), each id's run of it is cut where the
+     * order's chunks of TFB_EMBED_CHUNK positions end, each piece is summed from zero in order, and the pieces' sums
+     * are added in order before the row is. order NULL: no id repeats (a gather's backward), so no sequence. */
+    tfb_status (*embedding_bwd)(void *ctx, float *dtable, const float *dout, const int *ids, const int *order, int n,
+                                int h);
 
     /* out (n, h) = (in - mean) * rstd * gamma + beta; mean, rstd (n) saved for backward */
     tfb_status (*layernorm_fwd)(void *ctx, float *out, float *mean, float *rstd, const float *in,
@@ -356,9 +366,9 @@ struct tfb_backend {
     /* as embedding_fwd for a table holding rows [row0, row0 + rows) of the full one; other ids give zero rows */
     tfb_status (*embedding_fwd_shard)(void *ctx, float *out, const float *table, const int *ids, int n, int h,
                                       int row0, int rows, int accumulate);
-    /* dtable (rows, h) += scatter of dout (n, h) for the ids in [row0, row0 + rows) */
-    tfb_status (*embedding_bwd_shard)(void *ctx, float *dtable, const float *dout, const int *ids, int n, int h,
-                                      int row0, int rows);
+    /* as embedding_bwd for the ids in [row0, row0 + rows), into a table holding those rows */
+    tfb_status (*embedding_bwd_shard)(void *ctx, float *dtable, const float *dout, const int *ids, const int *order,
+                                      int n, int h, int row0, int rows);
     /* cross-entropy over classes split across ranks; this rank holds classes [col0, col0 + valid) as the first
      * `valid` columns of logits (n, v) (columns >= valid are padding and take no part).
      * pass 1: rowmax (n) = max over the shard (all-reduce MAX next) */

@@ -276,13 +276,55 @@ static double emb_loss(void *p) {
     return dot(c->y, c->r, (size_t)c->n * c->h);
 }
 static void test_embedding(void) {
-    int ids[5] = {2, 0, 2, 4, 2};
+    int ids[5] = {2, 0, 2, 4, 2}, order[5], count[6];
     emb_case c = {.n = 5, .h = 70, .ids = ids};
     c.t = rand_vec(5 * 70); c.r = rand_vec(5 * 70); c.y = malloc(5 * 70 * 4);
     float *dt = calloc(5 * 70, 4);
-    be->embedding_bwd(be->ctx, dt, c.r, ids, c.n, c.h);
+    tfb_embed_order(ids, 5, 5, order, count);
+    be->embedding_bwd(be->ctx, dt, c.r, ids, order, c.n, c.h);
     double e = fd_error(c.t, 5 * 70, dt, emb_loss, &c);
     EXPECT("embedding_bwd_vs_fd_repeated_ids", e < FD_TOL, "rel err %g", e);
+}
+
+/* The order is the token indices sorted by id, ties in index order. */
+static void test_embed_order(void) {
+    enum { N = 300, V = 7 };
+    int ids[N], order[N], count[V + 1], seen[N] = {0}, ok = 1;
+    for (int i = 0; i < N; i++) ids[i] = (i * 37 + i / 11) % V;
+    tfb_embed_order(ids, N, V, order, count);
+    for (int p = 0; p < N; p++) {
+        ok &= order[p] >= 0 && order[p] < N && !seen[order[p]]++;
+        if (p > 0) ok &= ids[order[p - 1]] < ids[order[p]] || (ids[order[p - 1]] == ids[order[p]] &&
+                                                                order[p - 1] < order[p]);
+    }
+    EXPECT("embed_order_is_a_stable_sort_by_id", ok, "order broken");
+}
+
+/* The backward's documented sequence, written out per id: for each chunk of TFB_EMBED_CHUNK positions of the
+ * order, the id's tokens there summed from zero, these pieces added in order, then the total added to the row.
+ * The backend's ordered scatter must give these bits; three ids with runs of ~100 cross several chunks, and h = 70
+ * spans two of the CPU's column blocks. */
+static void test_embedding_sequence(void) {
+    enum { N = 300, H = 70, V = 3 };
+    int ids[N], order[N], count[V + 1];
+    float *dout = rand_vec(N * H), *dt = rand_vec(V * H), *ref = malloc(V * H * 4);
+    for (int i = 0; i < N; i++) ids[i] = (i * 7 + i / 13) % V;
+    memcpy(ref, dt, V * H * 4);
+    tfb_embed_order(ids, N, V, order, count);
+    for (int v = 0; v < V; v++)
+        for (int j = 0; j < H; j++) {
+            float total = 0.0f;
+            for (int k = 0; k * TFB_EMBED_CHUNK < N; k++) {
+                float piece = 0.0f;
+                for (int p = k * TFB_EMBED_CHUNK; p < N && p < (k + 1) * TFB_EMBED_CHUNK; p++)
+                    if (ids[order[p]] == v) piece += dout[order[p] * H + j];
+                total += piece;
+            }
+            ref[v * H + j] += total;
+        }
+    be->embedding_bwd(be->ctx, dt, dout, ids, order, N, H);
+    EXPECT("embedding_bwd_sums_in_the_documented_sequence", tfb_rel_error(ref, dt, V * H) == 0, "%s", "values differ");
+    free(dout); free(dt); free(ref);
 }
 
 /* ---- bias ---- */
@@ -758,6 +800,8 @@ int main(void) {
     test_act(TFB_ACT_TANH, "tanh_bwd_vs_fd");
     test_xent();
     test_embedding();
+    test_embed_order();
+    test_embedding_sequence();
     test_bias();
     test_dropout();
     test_gemm();

@@ -59,17 +59,18 @@ static void test_xent_shards(void) {
 static void test_embedding_shards(void) {
     enum { N = 6, H = 4, V = 10 };
     float table[V * H], whole[N * H], part[2][N * H], dt[2][5 * H], dref[V * H], dout[N * H];
-    int ids[N] = {0, 9, 4, 5, 5, 2};
+    int ids[N] = {0, 9, 4, 5, 5, 2}, order[N], count[V + 1];
+    tfb_embed_order(ids, N, V, order, count);
     fill_random(table, V * H, 2);
     fill_random(dout, N * H, 3);
     be->embedding_fwd(be->ctx, whole, table, ids, N, H, 0);
     memset(dref, 0, sizeof dref);
     memset(dt, 0, sizeof dt);
-    be->embedding_bwd(be->ctx, dref, dout, ids, N, H);
+    be->embedding_bwd(be->ctx, dref, dout, ids, order, N, H);
     double err = 0;
     for (int t = 0; t < 2; t++) {
         be->embedding_fwd_shard(be->ctx, part[t], table + t * 5 * H, ids, N, H, t * 5, 5, 0);
-        be->embedding_bwd_shard(be->ctx, dt[t], dout, ids, N, H, t * 5, 5);
+        be->embedding_bwd_shard(be->ctx, dt[t], dout, ids, order, N, H, t * 5, 5);
     }
     for (int i = 0; i < N * H; i++) err = fmax(err, fabs((double)part[0][i] + part[1][i] - whole[i]));
     for (int t = 0; t < 2; t++)

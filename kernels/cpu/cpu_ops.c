@@ -4,6 +4,7 @@
  * Row-parallel ops split rows across threads; column reductions (bias and LayerNorm parameter gradients) split
  * columns into blocks so no two threads add into the same element. Memory and GEMM are in cpu_backend.c.
  */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include "cpu.h"
@@ -29,19 +30,65 @@ static tfb_status cpu_embedding_fwd(void *ctx, float *out, const float *table, c
     return TFB_OK;
 }
 
+static int embed_in_shard(int id, int row0, int rows) { return id >= row0 && id - row0 < rows; }
+
+/* Columns [c0, c1) of the scatter without an order: row i of dout added to row ids[i], in index order. */
+static void embed_rows_add(float *dtable, const float *dout, const int *ids, int n, int h, int c0, int c1, int row0,
+                           int rows) {
+    for (int i = 0; i < n; i++) {
+        if (!embed_in_shard(ids[i], row0, rows)) continue;
+        float *dst = dtable + (size_t)(ids[i] - row0) * h;
+        const float *src = dout + (size_t)i * h;
+        for (int j = c0; j < c1; j++) dst[j] += src[j];
+    }
+}
+
+/* Columns [c0, c1) of the scatter in the order's sequence (backend.h): for each id's run [s, e) of the order, the
+ * pieces between chunk edges summed from zero, the pieces added in order, then the total to the id's row. */
+static void embed_runs_add(float *dtable, const float *dout, const int *ids, const int *order, int n, int h, int c0,
+                           int c1, int row0, int rows) {
+    float total[COL_BLOCK], piece[COL_BLOCK];
+    int w = c1 - c0;
+    for (int s = 0, e; s < n; s = e) {
+        int id = ids[order[s]];
+        for (e = s + 1; e < n && ids[order[e]] == id; e++) {}
+        if (!embed_in_shard(id, row0, rows)) continue;
+        memset(total, 0, sizeof total);
+        for (int p = s, q; p < e; p = q) {
+            q = (p / TFB_EMBED_CHUNK + 1) * TFB_EMBED_CHUNK;
+            if (q > e) q = e;
+            memset(piece, 0, sizeof piece);
+            for (int t = p; t < q; t++)
+                for (int j = 0; j < w; j++) piece[j] += dout[(size_t)order[t] * h + c0 + j];
+            for (int j = 0; j < w; j++) total[j] += piece[j];
+        }
+        float *dst = dtable + (size_t)(id - row0) * h + c0;
+        for (int j = 0; j < w; j++) dst[j] += total[j];
+    }
+}
+
 /* Columns are split across threads, so repeated ids never race. */
-static tfb_status cpu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int *ids, int n, int h) {
-    (void)ctx;
+static tfb_status embed_scatter(float *dtable, const float *dout, const int *ids, const int *order, int n, int h,
+                                int row0, int rows) {
 #pragma omp parallel for schedule(static)
     for (int c0 = 0; c0 < h; c0 += COL_BLOCK) {
         int c1 = c0 + COL_BLOCK < h ? c0 + COL_BLOCK : h;
-        for (int i = 0; i < n; i++) {
-            float *dst = dtable + (size_t)ids[i] * h;
-            const float *src = dout + (size_t)i * h;
-            for (int j = c0; j < c1; j++) dst[j] += src[j];
-        }
+        if (order) embed_runs_add(dtable, dout, ids, order, n, h, c0, c1, row0, rows);
+        else embed_rows_add(dtable, dout, ids, n, h, c0, c1, row0, rows);
     }
     return TFB_OK;
+}
+
+static tfb_status cpu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int *ids, const int *order,
+                                    int n, int h) {
+    (void)ctx;
+    return embed_scatter(dtable, dout, ids, order, n, h, 0, INT_MAX);
+}
+
+static tfb_status cpu_embedding_bwd_shard(void *ctx, float *dtable, const float *dout, const int *ids,
+                                          const int *order, int n, int h, int row0, int rows) {
+    (void)ctx;
+    return embed_scatter(dtable, dout, ids, order, n, h, row0, rows);
 }
 
 static tfb_status cpu_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *in,
@@ -430,6 +477,7 @@ static tfb_status cpu_check_finite(void *ctx, const float *x, size_t n, int *all
 void tfb_cpu_ops_install(tfb_backend *be) {
     be->embedding_fwd = cpu_embedding_fwd;
     be->embedding_bwd = cpu_embedding_bwd;
+    be->embedding_bwd_shard = cpu_embedding_bwd_shard;
     be->layernorm_fwd = cpu_layernorm_fwd;
     be->layernorm_bwd = cpu_layernorm_bwd;
     be->residual_ln_fwd = cpu_residual_ln_fwd;

@@ -1,14 +1,13 @@
 /* cpu_shard.c — the CPU backend's ops for tensors split across a tensor-parallel group: the embedding lookup of a
- * vocabulary shard, the three passes of a cross-entropy whose classes are split across ranks (the ranks combine
- * the per-row partial results with small all-reduces between the passes), a strided 2-D copy for gathering
- * and slicing channel shards, and the tokens x heads <-> heads x tokens permutation of attention. Communication is the caller's; these ops only see one rank's shard.
+ * vocabulary shard (its backward is the whole table's, in cpu_ops.c), the three passes of a cross-entropy whose
+ * classes are split across ranks (the ranks combine the per-row partial results with small all-reduces between
+ * the passes), a strided 2-D copy for gathering and slicing channel shards, and the tokens x heads <-> heads x
+ * tokens permutation of attention. Communication is the caller's; these ops only see one rank's shard.
  */
 #include <math.h>
 #include <float.h>
 #include <string.h>
 #include "cpu.h"
-
-#define COL_BLOCK 64
 
 static int in_shard(int id, int row0, int rows) { return id >= row0 && id - row0 < rows; }
 
@@ -26,22 +25,6 @@ static tfb_status cpu_embedding_fwd_shard(void *ctx, float *out, const float *ta
             memcpy(dst, src, (size_t)h * sizeof(float));
         else if (!accumulate)
             memset(dst, 0, (size_t)h * sizeof(float));
-    }
-    return TFB_OK;
-}
-
-static tfb_status cpu_embedding_bwd_shard(void *ctx, float *dtable, const float *dout, const int *ids, int n, int h,
-                                          int row0, int rows) {
-    (void)ctx;
-#pragma omp parallel for schedule(static)
-    for (int c0 = 0; c0 < h; c0 += COL_BLOCK) {
-        int c1 = c0 + COL_BLOCK < h ? c0 + COL_BLOCK : h;
-        for (int i = 0; i < n; i++) {
-            if (!in_shard(ids[i], row0, rows)) continue;
-            float *dst = dtable + (size_t)(ids[i] - row0) * h;
-            const float *src = dout + (size_t)i * h;
-            for (int j = c0; j < c1; j++) dst[j] += src[j];
-        }
     }
     return TFB_OK;
 }
@@ -122,7 +105,6 @@ static tfb_status cpu_permute_0213(void *ctx, void *out, tfb_dtype out_type, siz
 
 void tfb_cpu_shard_install(tfb_backend *be) {
     be->embedding_fwd_shard = cpu_embedding_fwd_shard;
-    be->embedding_bwd_shard = cpu_embedding_bwd_shard;
     be->xent_shard_max = cpu_xent_shard_max;
     be->xent_shard_sum = cpu_xent_shard_sum;
     be->xent_shard_bwd = cpu_xent_shard_bwd;

@@ -6,12 +6,14 @@
  * (rows of at most 1024 columns: one warp per row, held in registers); column reductions (bias and LayerNorm
  * parameter gradients) give each thread a column and a slice of rows, reduce the slice in shared memory, and the
  * last block of each column tile adds the blocks' partials in a fixed order (col_sums_add: the same bits every
- * run, which atomicAdd did not give); the cross-entropy's loss sum ends the same way. The embedding backward still
- * uses atomicAdd (its last bits depend on scheduling). Element-wise ops use grid-stride
- * loops. Fused: bias + activation (forward) and activation gradient + bias gradient (backward), one pass each; the
- * AdamW and SGD kernels apply the loss-scale unscale (grad_scale) in the update pass, and their pool forms update
- * every parameter tensor in one launch (weight decay by a binary search of the decay runs).
+ * run, which atomicAdd did not give); the cross-entropy's loss sum ends the same way, and the embedding backward
+ * adds each id's tokens in the fixed sequence backend.h defines (pieces of the id-sorted order, then the pieces in
+ * order), so it gives the CPU backend's bits. Element-wise ops use grid-stride loops. Fused: bias + activation
+ * (forward) and activation gradient + bias gradient (backward), one pass each; the AdamW and SGD kernels apply the
+ * loss-scale unscale (grad_scale) in the update pass, and their pool forms update every parameter tensor in one
+ * launch (weight decay by a binary search of the decay runs).
  */
+#include <limits.h>
 #include <math.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -136,17 +138,127 @@ static tfb_status cuda_embedding_fwd(void *ctx, float *out, const float *table, 
     return TFB_OK;
 }
 
-__global__ void k_embedding_bwd(float *dtable, const float *dout, const int *ids, int h) {
-    float *d = dtable + (size_t)ids[blockIdx.x] * h;
-    const float *g = dout + (size_t)blockIdx.x * h;
-    TFB_ROW_LOOP(j, h) atomicAdd(&d[j], g[j]);
+/* ---- embedding backward: a scatter-add in the order's fixed sequence (backend.h) ---- */
+
+#define EMB_CHUNK TFB_EMBED_CHUNK
+#define EMB_COLS 128
+
+__device__ __forceinline__ int emb_in_shard(int id, int row0, int rows) { return id >= row0 && id - row0 < rows; }
+
+/* dtable (rows, h) holding rows [row0, row0 + rows) of the table; part (chunks, 2, h): the pieces of the runs that
+ * cross a chunk's edge. order (n): token indices sorted by id; a run is one id's stretch of it. */
+struct emb_bwd_args {
+    float *dtable;
+    const float *dout;
+    const int *ids, *order;
+    float *part;
+    int n, h, row0, rows;
+};
+
+/* Without an order (no id repeats): row i of dout added to row ids[i], one block per row. */
+__global__ void k_embedding_bwd(emb_bwd_args a) {
+    int id = a.ids[blockIdx.x];
+    if (!emb_in_shard(id, a.row0, a.rows)) return;
+    float *d = a.dtable + (size_t)(id - a.row0) * a.h;
+    const float *g = a.dout + (size_t)blockIdx.x * a.h;
+    TFB_ROW_LOOP(j, a.h) atomicAdd(&d[j], g[j]);
 }
 
-static tfb_status cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const int *ids, int n, int h) {
+/* The id at position p of the order, or -1 (no id) outside it. */
+__device__ __forceinline__ int emb_id_at(const emb_bwd_args &a, int p) {
+    return p >= 0 && p < a.n ? a.ids[a.order[p]] : -1;
+}
+
+/* Pass 1, block (chunk k of the order, column tile): each run's piece in the chunk summed from zero in order. A
+ * run the chunk holds whole is added to its row (the only writer of it); a piece of a run that crosses the chunk's
+ * edge goes to part (k, 0) when it is the chunk's first run, else (k, 1), for pass 2. */
+__global__ void k_embed_pieces(emb_bwd_args a) {
+    __shared__ int tok[EMB_CHUNK], id[EMB_CHUNK + 2]; /* id[1 + i]: position p0 + i's; id[0], id[len + 1]: its
+                                                       * neighbours' (-1 past the order's ends) */
+    int p0 = blockIdx.x * EMB_CHUNK, len = a.n - p0 < EMB_CHUNK ? a.n - p0 : EMB_CHUNK;
+    for (int i = threadIdx.x; i < len + 2; i += blockDim.x) {
+        if (i >= 1 && i <= len) tok[i - 1] = a.order[p0 + i - 1];
+        id[i] = emb_id_at(a, p0 + i - 1);
+    }
+    __syncthreads();
+    int col = blockIdx.y * EMB_COLS + threadIdx.x;
+    if (col >= a.h) return;
+    float v[EMB_CHUNK]; /* all the chunk's loads in flight before the first add */
+#pragma unroll
+    for (int i = 0; i < EMB_CHUNK; i++) v[i] = i < len ? a.dout[(size_t)tok[i] * a.h + col] : 0.0f;
+    float acc = 0.0f;
+    int start = 0;
+#pragma unroll
+    for (int i = 0; i < EMB_CHUNK; i++) {
+        if (i >= len) break;
+        acc += v[i];
+        int run = id[i + 1];
+        if (i + 1 < len && id[i + 2] == run) continue; /* the run goes on in the chunk */
+        int cross = (start == 0 && id[0] == run) || id[i + 2] == run;
+        if (cross) a.part[((size_t)blockIdx.x * 2 + (start > 0)) * a.h + col] = acc;
+        else if (emb_in_shard(run, a.row0, a.rows)) atomicAdd(&a.dtable[(size_t)(run - a.row0) * a.h + col], acc);
+        acc = 0.0f;
+        start = i + 1;
+    }
+}
+
+/* The end of the run holding position p: the first position past it with another id, or n (a binary search, the
+ * order being sorted by id). */
+__device__ int emb_run_end(const emb_bwd_args &a, int p, int run) {
+    int lo = p, hi = a.n; /* id(lo) is run; id(hi) is not, or hi is n */
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        if (emb_id_at(a, mid) == run) lo = mid;
+        else hi = mid;
+    }
+    return hi;
+}
+
+/* Pass 2, block (chunk k, column tile): when the chunk's last run begins in it and goes on into the next chunk,
+ * its pieces are added in order (this chunk's, then each next chunk's first run) and the sum to its row. */
+__global__ void k_embed_join(emb_bwd_args a) {
+    int k = blockIdx.x, p0 = k * EMB_CHUNK, p1 = p0 + EMB_CHUNK < a.n ? p0 + EMB_CHUNK : a.n;
+    int col = blockIdx.y * EMB_COLS + threadIdx.x, run = emb_id_at(a, p1 - 1);
+    if (col >= a.h || emb_id_at(a, p1) != run || !emb_in_shard(run, a.row0, a.rows)) return;
+    int whole = emb_id_at(a, p0) == run; /* the run fills the chunk: it is the chunk's first run (piece 0) */
+    if (whole && emb_id_at(a, p0 - 1) == run) return; /* it began in an earlier chunk, whose block adds it */
+    int last = (emb_run_end(a, p1, run) - 1) / EMB_CHUNK;
+    float sum = a.part[((size_t)k * 2 + !whole) * a.h + col];
+    for (int j = k + 1; j <= last; j++) sum += a.part[(size_t)j * 2 * a.h + col]; /* chunk j's first run */
+    atomicAdd(&a.dtable[(size_t)(run - a.row0) * a.h + col], sum);
+}
+
+/* dtable += dout scattered by ids for the ids in [row0, row0 + rows): in the order's sequence when there is one
+ * (two passes), else one row at a time. */
+static tfb_status embed_scatter(void *ctx, float *dtable, const float *dout, const int *ids, const int *order,
+                                int n, int h, int row0, int rows) {
     if (n < 1) return TFB_OK;
-    k_embedding_bwd<<<n, tfb_row_threads(h), 0, S(ctx)>>>(dtable, dout, ids, h);
+    emb_bwd_args a = {dtable, dout, ids, order, NULL, n, h, row0, rows};
+    if (!order) {
+        k_embedding_bwd<<<n, tfb_row_threads(h), 0, S(ctx)>>>(a);
+        TFB_CHECK_LAUNCH();
+        return TFB_OK;
+    }
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    dim3 grid((unsigned)((n + EMB_CHUNK - 1) / EMB_CHUNK), (unsigned)((h + EMB_COLS - 1) / EMB_COLS));
+    TFB_CHECK(tfb_cuda_grow(c, &c->partials, &c->partials_bytes, (size_t)grid.x * 2 * h * sizeof(float)));
+    a.part = (float *)c->partials;
+    unsigned threads = h < EMB_COLS ? (unsigned)((h + 31) / 32 * 32) : EMB_COLS;
+    k_embed_pieces<<<grid, threads, 0, c->stream>>>(a);
+    TFB_CHECK_LAUNCH();
+    k_embed_join<<<grid, threads, 0, c->stream>>>(a);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
+}
+
+static tfb_status cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const int *ids, const int *order,
+                                     int n, int h) {
+    return embed_scatter(ctx, dtable, dout, ids, order, n, h, 0, INT_MAX);
+}
+
+static tfb_status cuda_embedding_bwd_shard(void *ctx, float *dtable, const float *dout, const int *ids,
+                                           const int *order, int n, int h, int row0, int rows) {
+    return embed_scatter(ctx, dtable, dout, ids, order, n, h, row0, rows);
 }
 
 /* ---- LayerNorm ---- */
@@ -848,6 +960,7 @@ void tfb_cuda_ops_install(tfb_backend *be) {
     be->normal_fill = cuda_normal_fill;
     be->embedding_fwd = cuda_embedding_fwd;
     be->embedding_bwd = cuda_embedding_bwd;
+    be->embedding_bwd_shard = cuda_embedding_bwd_shard;
     be->layernorm_fwd = cuda_layernorm_fwd;
     be->layernorm_bwd = cuda_layernorm_bwd;
     be->residual_ln_fwd = cuda_residual_ln_fwd;

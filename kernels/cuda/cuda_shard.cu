@@ -1,7 +1,7 @@
 /* cuda_shard.cu — the CUDA backend's tensor-parallel shard ops, computing what cpu_shard.c computes: the embedding
- * lookup of a vocabulary shard, the three passes of a cross-entropy whose classes are split across ranks (the
- * all-reduces between them are the caller's), a strided 2-D copy and attention's tokens x heads <-> heads x tokens
- * permutation. Communication is not here.
+ * lookup of a vocabulary shard (its backward is the whole table's, in cuda_ops.cu), the three passes of a
+ * cross-entropy whose classes are split across ranks (the all-reduces between them are the caller's), a strided
+ * 2-D copy and attention's tokens x heads <-> heads x tokens permutation. Communication is not here.
  */
 #include <float.h>
 #include <limits.h>
@@ -30,22 +30,6 @@ static tfb_status cuda_embedding_fwd_shard(void *ctx, float *out, const float *t
                                            int row0, int rows, int accumulate) {
     if (n < 1) return TFB_OK;
     k_embedding_fwd_shard<<<n, tfb_row_threads(h), 0, S(ctx)>>>(out, table, ids, h, row0, rows, accumulate);
-    TFB_CHECK_LAUNCH();
-    return TFB_OK;
-}
-
-__global__ void k_embedding_bwd_shard(float *dtable, const float *dout, const int *ids, int h, int row0, int rows) {
-    int id = ids[blockIdx.x];
-    if (!in_shard(id, row0, rows)) return;
-    float *d = dtable + (size_t)(id - row0) * h;
-    const float *g = dout + (size_t)blockIdx.x * h;
-    TFB_ROW_LOOP(j, h) atomicAdd(&d[j], g[j]);
-}
-
-static tfb_status cuda_embedding_bwd_shard(void *ctx, float *dtable, const float *dout, const int *ids, int n,
-                                           int h, int row0, int rows) {
-    if (n < 1) return TFB_OK;
-    k_embedding_bwd_shard<<<n, tfb_row_threads(h), 0, S(ctx)>>>(dtable, dout, ids, h, row0, rows);
     TFB_CHECK_LAUNCH();
     return TFB_OK;
 }
@@ -139,7 +123,6 @@ static tfb_status cuda_permute_0213(void *ctx, void *out, tfb_dtype out_type, si
 
 void tfb_cuda_shard_install(tfb_backend *be) {
     be->embedding_fwd_shard = cuda_embedding_fwd_shard;
-    be->embedding_bwd_shard = cuda_embedding_bwd_shard;
     be->xent_shard_max = cuda_xent_shard_max;
     be->xent_shard_sum = cuda_xent_shard_sum;
     be->xent_shard_bwd = cuda_xent_shard_bwd;
