@@ -393,14 +393,19 @@ static void batch_arrays(bert_model *m, int slot, int dev, int **a[BATCH_ARRAYS]
     for (int i = 0; i < BATCH_ARRAYS; i++) a[i] = p[i], n[i] = len[i];
 }
 
+/* One copy of the slot's span of the input pool (its arrays lie together there, as in the host mirror): each copy
+ * waits for the stream, so ten copies would drain the device ten times a step. */
 static tfb_status upload_batch(bert_model *m, int slot) {
-    int **dst[BATCH_ARRAYS], **src[BATCH_ARRAYS];
+    int **dst[BATCH_ARRAYS];
     size_t n[BATCH_ARRAYS];
     batch_arrays(m, slot, 1, dst, n);
-    batch_arrays(m, slot, 0, src, n);
-    for (int i = 0; i < BATCH_ARRAYS; i++)
-        TFB_CHECK(m->be->copy_h2d(m->be->ctx, *dst[i], *src[i], n[i] * sizeof(int)));
-    return TFB_OK;
+    char *lo = (char *)*dst[0], *hi = lo;
+    for (int i = 0; i < BATCH_ARRAYS; i++) {
+        char *a = (char *)*dst[i], *end = a + n[i] * sizeof(int);
+        lo = a < lo ? a : lo;
+        hi = end > hi ? end : hi;
+    }
+    return m->be->copy_h2d(m->be->ctx, lo, tfb_mempool_mirror(&m->pools[2], lo), (size_t)(hi - lo));
 }
 
 /* The embeddings' backward sequences: each table's token order. */
@@ -447,27 +452,38 @@ static tfb_status embeddings_fwd(bert_model *m, bert_slot *a, const bert_batch *
                            bert_dropout_key(&m->ctx, 0, m->ctx.sample0 * (size_t)m->wc.seq_len * H));
 }
 
-/* MLM loss sum of the micro-batch: one pass on a whole vocabulary, three with all-reduces on a shard. */
-static tfb_status mlm_loss(bert_model *m, bert_slot *a, const bert_batch *d, double *sum) {
+/* MLM loss of the micro-batch, launched: one pass on a whole vocabulary (sum into loss[0]), three with all-reduces
+ * on a shard (row statistics into xmax and xsums). Nothing is read back here. */
+static tfb_status mlm_loss_launch(bert_model *m, bert_slot *a, const bert_batch *d) {
     tfb_backend *be = m->be;
     int M = m->M, Vl = m->st.Vl;
-    if (m->st.T == 1) {
-        float s;
-        TFB_CHECK(be->xent_fwd(be->ctx, &a->loss[0], a->logits, d->mlm_labels, M, Vl));
-        TFB_CHECK(be->copy_d2h(be->ctx, &s, &a->loss[0], sizeof s));
-        *sum = s;
-        return TFB_OK;
-    }
+    if (m->st.T == 1) return be->xent_fwd(be->ctx, &a->loss[0], a->logits, d->mlm_labels, M, Vl);
     TFB_CHECK(be->xent_shard_max(be->ctx, a->xmax, a->logits, M, Vl, m->st.valid));
     TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, a->xmax, (size_t)M, TFB_MAX));
     TFB_CHECK(be->xent_shard_sum(be->ctx, a->xsums, a->logits, d->mlm_labels, a->xmax, M, Vl, m->st.valid, m->st.v0));
-    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, a->xsums, (size_t)2 * M, TFB_SUM));
+    return tfb_workload_tp_allreduce(&m->wl, m->wc.tp, a->xsums, (size_t)2 * M, TFB_SUM);
+}
+
+/* The MLM and NSP loss sums, read back once both are launched: each copy waits for the stream, so on a whole
+ * vocabulary the heads read both sums in one copy (on a shard, the row statistics and then the sums). */
+static tfb_status losses_read(bert_model *m, bert_slot *a, double *mlm, float *nsp) {
+    tfb_backend *be = m->be;
+    int M = m->M;
+    float s[2];
+    if (m->st.T == 1) {
+        TFB_CHECK(be->copy_d2h(be->ctx, s, a->loss, sizeof s));
+        *mlm = s[0];
+        *nsp = s[1];
+        return TFB_OK;
+    }
     float *h = m->xstats;
-    tfb_status st = be->copy_d2h(be->ctx, h, a->xmax, (size_t)M * 4);
-    if (st == TFB_OK) st = be->copy_d2h(be->ctx, h + M, a->xsums, (size_t)M * 8);
-    *sum = 0;
-    for (int i = 0; i < M && st == TFB_OK; i++) *sum += log((double)h[M + 2 * i]) + h[i] - h[M + 2 * i + 1];
-    return st;
+    TFB_CHECK(be->copy_d2h(be->ctx, h, a->xmax, (size_t)M * 4));
+    TFB_CHECK(be->copy_d2h(be->ctx, h + M, a->xsums, (size_t)M * 8));
+    TFB_CHECK(be->copy_d2h(be->ctx, s, a->loss, sizeof s));
+    *mlm = 0;
+    for (int i = 0; i < M; i++) *mlm += log((double)h[M + 2 * i]) + h[i] - h[M + 2 * i + 1];
+    *nsp = s[1];
+    return TFB_OK;
 }
 
 static tfb_status heads_fwd(bert_model *m, bert_slot *a, const bert_batch *d, const float *y, double *loss) {
@@ -482,13 +498,13 @@ static tfb_status heads_fwd(bert_model *m, bert_slot *a, const bert_batch *d, co
     TFB_CHECK(be->layernorm_fwd(be->ctx, a->mlm_ln, a->mlm_mean, a->mlm_rstd, a->mlm_act, m->w.mlm_ln_g,
                                 m->w.mlm_ln_b, M, H, 1e-12f));
     TFB_CHECK(bert_linear_fwd(c, a->logits, a->mlm_ln, m->w.word_emb, m->w.mlm_dec_b, M, H, m->st.Vl));
-    TFB_CHECK(mlm_loss(m, a, d, &mlm));
+    TFB_CHECK(mlm_loss_launch(m, a, d));
     TFB_CHECK(be->embedding_fwd(be->ctx, a->cls, y, d->cls_rows, B, H, 0));
     TFB_CHECK(bert_linear_fwd(c, a->pool_pre, a->cls, m->w.pool_w, m->w.pool_b, B, H, H));
     TFB_CHECK(be->act_fwd(be->ctx, TFB_ACT_TANH, a->pooled, a->pool_pre, (size_t)B * H));
     TFB_CHECK(bert_linear_fwd(c, a->nsp_logits, a->pooled, m->w.nsp_w, m->w.nsp_b, B, H, 2));
     TFB_CHECK(be->xent_fwd(be->ctx, &a->loss[1], a->nsp_logits, d->nsp_labels, B, 2));
-    TFB_CHECK(be->copy_d2h(be->ctx, &nsp, &a->loss[1], sizeof nsp));
+    TFB_CHECK(losses_read(m, a, &mlm, &nsp));
     *loss = mlm / M + (double)nsp / B;
     return TFB_OK;
 }
