@@ -469,20 +469,15 @@ static tfb_status mlm_loss_launch(bert_model *m, bert_slot *a, const bert_batch 
 static tfb_status losses_read(bert_model *m, bert_slot *a, double *mlm, float *nsp) {
     tfb_backend *be = m->be;
     int M = m->M;
-    float s[2];
-    if (m->st.T == 1) {
-        TFB_CHECK(be->copy_d2h(be->ctx, s, a->loss, sizeof s));
-        *mlm = s[0];
-        *nsp = s[1];
-        return TFB_OK;
+    float s[2], *h = m->xstats; /* s: loss[0] (whole vocabulary only) and loss[1] */
+    if (m->st.T > 1) {
+        TFB_CHECK(be->copy_d2h(be->ctx, h, a->xmax, (size_t)M * 4));
+        TFB_CHECK(be->copy_d2h(be->ctx, h + M, a->xsums, (size_t)M * 8));
     }
-    float *h = m->xstats;
-    TFB_CHECK(be->copy_d2h(be->ctx, h, a->xmax, (size_t)M * 4));
-    TFB_CHECK(be->copy_d2h(be->ctx, h + M, a->xsums, (size_t)M * 8));
     TFB_CHECK(be->copy_d2h(be->ctx, s, a->loss, sizeof s));
-    *mlm = 0;
-    for (int i = 0; i < M; i++) *mlm += log((double)h[M + 2 * i]) + h[i] - h[M + 2 * i + 1];
     *nsp = s[1];
+    *mlm = m->st.T == 1 ? s[0] : 0.0;
+    for (int i = 0; i < M && m->st.T > 1; i++) *mlm += log((double)h[M + 2 * i]) + h[i] - h[M + 2 * i + 1];
     return TFB_OK;
 }
 
