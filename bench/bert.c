@@ -229,6 +229,10 @@ typedef struct {
     bert_layer_scratch s;
     bert_layer_acts rc;           /* checkpointing: one layer's activations, rebuilt in forward and in backward */
     bert_batch *dev, *host;       /* [wc.slots] the batch in backend memory, and its host copy */
+    bert_batch ahead;             /* a batch made on the host before it is loaded (prepare_batch), laid out as a
+                                   * slot's span; ahead_step, ahead_mb name it (ahead_step -1: none) */
+    char *ahead_mem;
+    int ahead_step, ahead_mb;
     tfb_mempool pools[3];         /* parameters+gradients, activations, batches */
     int *perm;                    /* (seq_len) host work space for choosing masked positions */
     int *order_count;             /* (max(vocab, max_pos, type_vocab) + 1) host work space of tfb_embed_order */
@@ -383,9 +387,8 @@ static void make_sample(bert_model *m, const bert_batch *h, int b, uint64_t samp
     h->nsp_labels[b] = (int)(draw(k, sample, 1u) & 1u);
 }
 
-/* The batch's arrays in one order: the device copy's (dev 1) or the host copy's. */
-static void batch_arrays(bert_model *m, int slot, int dev, int **a[BATCH_ARRAYS], size_t n[BATCH_ARRAYS]) {
-    bert_batch *b = dev ? &m->dev[slot] : &m->host[slot];
+/* The arrays of batch b (a slot's device or host copy, or the batch made ahead) in one order, with their lengths. */
+static void batch_arrays(const bert_model *m, bert_batch *b, int **a[BATCH_ARRAYS], size_t n[BATCH_ARRAYS]) {
     int **p[BATCH_ARRAYS] = {&b->ids, &b->types, &b->pos, &b->mlm_rows, &b->mlm_labels, &b->cls_rows,
                              &b->nsp_labels, &b->ids_order, &b->types_order, &b->pos_order};
     size_t N = (size_t)m->N, M = (size_t)m->M, B = (size_t)m->B;
@@ -393,19 +396,21 @@ static void batch_arrays(bert_model *m, int slot, int dev, int **a[BATCH_ARRAYS]
     for (int i = 0; i < BATCH_ARRAYS; i++) a[i] = p[i], n[i] = len[i];
 }
 
-/* One copy of the slot's span of the input pool (its arrays lie together there, as in the host mirror): each copy
- * waits for the stream, so ten copies would drain the device ten times a step. */
-static tfb_status upload_batch(bert_model *m, int slot) {
-    int **dst[BATCH_ARRAYS];
+/* The slot's arrays as one span of the input pool, [*lo, *lo + bytes): they lie together there, as in the host
+ * mirror, so a batch is uploaded in one copy (each copy waits for the stream: ten would drain the device ten times
+ * a step). Every slot's span has the same layout. */
+static size_t batch_span(bert_model *m, int slot, char **lo) {
+    int **a[BATCH_ARRAYS];
     size_t n[BATCH_ARRAYS];
-    batch_arrays(m, slot, 1, dst, n);
-    char *lo = (char *)*dst[0], *hi = lo;
+    batch_arrays(m, &m->dev[slot], a, n);
+    char *first = (char *)*a[0], *end = first;
     for (int i = 0; i < BATCH_ARRAYS; i++) {
-        char *a = (char *)*dst[i], *end = a + n[i] * sizeof(int);
-        lo = a < lo ? a : lo;
-        hi = end > hi ? end : hi;
+        char *p = (char *)*a[i], *e = p + n[i] * sizeof(int);
+        first = p < first ? p : first;
+        end = e > end ? e : end;
     }
-    return m->be->copy_h2d(m->be->ctx, lo, tfb_mempool_mirror(&m->pools[2], lo), (size_t)(hi - lo));
+    *lo = first;
+    return (size_t)(end - first);
 }
 
 /* The embeddings' backward sequences: each table's token order. */
@@ -416,16 +421,39 @@ static void order_batch(bert_model *m, const bert_batch *h) {
     tfb_embed_order(h->pos, m->N, c->max_pos, h->pos_order, m->order_count);
 }
 
-/* Only the stages that read tokens or labels need a batch. */
-static tfb_status bert_load_batch(void *self, int step, int mb, int slot) {
-    bert_model *m = self;
-    if (!m->st.first && !m->st.last) return TFB_OK;
+/* Micro-batch mb of `step` made into the host batch h: its samples and the embeddings' orders. */
+static void make_batch(bert_model *m, const bert_batch *h, int step, int mb) {
     uint64_t first = (uint64_t)(m->wc.fixed_batch ? 0 : step) * m->wc.global_batch + m->wc.sample0 +
                      (uint64_t)mb * m->B;
-    for (int b = 0; b < m->B; b++) make_sample(m, &m->host[slot], b, first + (uint64_t)b);
-    order_batch(m, &m->host[slot]);
+    for (int b = 0; b < m->B; b++) make_sample(m, h, b, first + (uint64_t)b);
+    order_batch(m, h);
+}
+
+/* Only the stages that read tokens or labels need a batch. */
+static int needs_batch(const bert_model *m) { return m->st.first || m->st.last; }
+
+/* Made ahead while the device finishes the step before (the driver calls it before that step's closing sync). */
+static tfb_status bert_prepare_batch(void *self, int step, int mb) {
+    bert_model *m = self;
+    if (!needs_batch(m)) return TFB_OK;
+    make_batch(m, &m->ahead, step, mb);
+    m->ahead_step = step;
+    m->ahead_mb = mb;
+    return TFB_OK;
+}
+
+/* The batch made ahead when it is this one, else made now; then uploaded in one copy. */
+static tfb_status bert_load_batch(void *self, int step, int mb, int slot) {
+    bert_model *m = self;
+    if (!needs_batch(m)) return TFB_OK;
+    char *lo;
+    size_t bytes = batch_span(m, slot, &lo);
+    char *host = tfb_mempool_mirror(&m->pools[2], lo);
+    if (m->ahead_step == step && m->ahead_mb == mb) memcpy(host, m->ahead_mem, bytes);
+    else make_batch(m, &m->host[slot], step, mb);
+    m->ahead_step = -1;
     m->last_slot = slot;
-    return upload_batch(m, slot);
+    return m->be->copy_h2d(m->be->ctx, lo, host, bytes);
 }
 
 /* ---- forward ---- */
@@ -674,6 +702,7 @@ static void bert_destroy(void *self) {
     free(m->busy);
     free(m->dev);
     free(m->host);
+    free(m->ahead_mem);
     free(m->perm);
     free(m->order_count);
     free(m->xstats);
@@ -723,6 +752,7 @@ static void fill_workload(bert_model *m) {
     m->wl.in_elems = m->st.first ? 0 : (size_t)m->N * m->cfg.hidden;
     m->wl.out_elems = m->st.last ? 0 : (size_t)m->N * m->cfg.hidden;
     m->wl.load_batch = bert_load_batch;
+    m->wl.prepare_batch = bert_prepare_batch;
     m->wl.forward = bert_forward;
     m->wl.backward = bert_backward;
     m->wl.stage_input = bert_stage_input;
@@ -772,12 +802,20 @@ static tfb_status plan_all(bert_model *m) {
     if (m->wc.plan_only) return TFB_OK;
     for (int i = 0; i < 3; i++) TFB_CHECK(tfb_mempool_commit(&m->pools[i], m->be, i == 2));
     chain_layer_casts(m);
+    char *lo;
+    size_t bytes = batch_span(m, 0, &lo);
+    m->ahead_mem = malloc(bytes);
+    TFB_CHECK_ALLOC(m->ahead_mem);
     for (int i = 0; i < m->wc.slots; i++) {
-        int **dev[BATCH_ARRAYS], **host[BATCH_ARRAYS];
+        int **dev[BATCH_ARRAYS], **host[BATCH_ARRAYS], **ahead[BATCH_ARRAYS];
         size_t n[BATCH_ARRAYS];
-        batch_arrays(m, i, 1, dev, n);
-        batch_arrays(m, i, 0, host, n);
-        for (int k = 0; k < BATCH_ARRAYS; k++) *host[k] = tfb_mempool_mirror(&m->pools[2], *dev[k]);
+        batch_arrays(m, &m->dev[i], dev, n);
+        batch_arrays(m, &m->host[i], host, n);
+        batch_arrays(m, &m->ahead, ahead, n);
+        for (int k = 0; k < BATCH_ARRAYS; k++) {
+            *host[k] = tfb_mempool_mirror(&m->pools[2], *dev[k]);
+            if (i == 0) *ahead[k] = (int *)(m->ahead_mem + ((char *)*dev[k] - lo));
+        }
     }
     return TFB_OK;
 }
@@ -849,6 +887,7 @@ tfb_status bert_create(const bert_config *c, const tfb_workload_config *wc, tfb_
     m->B = wc->local_batch;
     m->N = wc->local_batch * wc->seq_len;
     m->M = wc->local_batch * wc->masked;
+    m->ahead_step = -1;
     m->wl.gemm_type = wc->gemm_type;
     tfb_status st = place_stage(m);
     if (st == TFB_OK) st = alloc_host_state(m);

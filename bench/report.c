@@ -68,7 +68,7 @@ void tfb_report_print(FILE *f, const tfb_run_record *r) {
     ms_row(f, "step time median", s.step_median, "each step: max over ranks");
     ms_row(f, "step time p5 / p95", s.step_p5, "p5 (p95 on the next line)");
     ms_row(f, "", s.step_p95, "p95");
-    static const char *notes[TFB_N_PHASES] = {"median; includes making the batch", "median; starts bucket all-reduces",
+    static const char *notes[TFB_N_PHASES] = {"median; includes loading the batch", "median; starts bucket all-reduces",
                                                "median; blocked in pipeline transfers", "median; wait for all-reduce after backward",
                                                "median; finiteness check + update"};
     for (int p = 0; p < TFB_N_PHASES; p++) ms_row(f, tfb_phase_names[p], s.phase_median[p], notes[p]);

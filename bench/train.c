@@ -388,6 +388,8 @@ static tfb_status train_step(train_ctx *t, int step, double ph[TFB_N_PHASES], do
     tfb_watchdog_mark("the optimizer (finiteness all-reduce, update)", step);
     TFB_CHECK(optimizer_phase(t, step));
     TFB_CHECK(phase_mark(t, TFB_PHASE_OPT));
+    /* The next step's first micro-batch is made on the host while the device finishes this step. */
+    if (t->wl->prepare_batch) TFB_CHECK(t->wl->prepare_batch(t->wl->self, step + 1, 0));
     TFB_CHECK(be->sync(be->ctx));
     TFB_CHECK(step_phases(t, ph));
     t->tp_bytes = t->wl->tp_bus_bytes;

@@ -122,6 +122,9 @@ struct tfb_workload {
     int n_units;                   /* units of the whole model */
 
     tfb_status (*load_batch)(void *self, int step, int mb, int slot);  /* make and upload a micro-batch's inputs */
+    /* Optional: make a micro-batch's inputs on the host ahead of its load_batch, which then only uploads them (the
+     * driver calls it for the next step's first micro-batch while the device finishes this step). */
+    tfb_status (*prepare_batch)(void *self, int step, int mb);
     /* Forward of micro-batch mb into activation set `slot`; on the last stage *loss is its mean loss. */
     tfb_status (*forward)(void *self, int step, int mb, int slot, double *loss);
     /* Backward of the micro-batch in `slot` (frees it); gradients accumulate. loss_scale includes 1/microbatches. */
