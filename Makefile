@@ -106,6 +106,9 @@ $(BUILD)/bench_conv: $(BUILD)/scripts/bench_conv.o $(BUILD)/libtfb.a
 $(BUILD)/bench_fused: $(BUILD)/scripts/bench_fused.o $(BUILD)/libtfb.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(CONFIG_LIBS) -lm
 
+$(BUILD)/bench_batch: $(BUILD)/scripts/bench_batch.o $(BUILD)/libtfb.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(CONFIG_LIBS) -lm
+
 # The whole test suite, MPI tests included, against an AddressSanitizer + UndefinedBehaviorSanitizer build.
 # Leak detection is off: the MPI library keeps allocations until exit by design.
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -119,10 +122,11 @@ gpu-check:
 	scripts/gpu-check.sh
 
 bench: deps
-	@$(MAKE) --no-print-directory all $(BUILD)/bench_conv $(BUILD)/bench_fused
+	@$(MAKE) --no-print-directory all $(BUILD)/bench_conv $(BUILD)/bench_fused $(BUILD)/bench_batch
 	scripts/bench-cpu.sh
 	scripts/bench-parallel.sh
 	$(BUILD)/bench_fused cpu 2
+	$(BUILD)/bench_batch
 
 clean:
 	rm -rf $(BUILD) build-sanitize

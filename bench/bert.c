@@ -802,21 +802,19 @@ static tfb_status plan_all(bert_model *m) {
     if (m->wc.plan_only) return TFB_OK;
     for (int i = 0; i < 3; i++) TFB_CHECK(tfb_mempool_commit(&m->pools[i], m->be, i == 2));
     chain_layer_casts(m);
-    char *lo;
-    size_t bytes = batch_span(m, 0, &lo);
-    m->ahead_mem = malloc(bytes);
-    TFB_CHECK_ALLOC(m->ahead_mem);
+    int **dev[BATCH_ARRAYS], **host[BATCH_ARRAYS];
+    size_t n[BATCH_ARRAYS];
     for (int i = 0; i < m->wc.slots; i++) {
-        int **dev[BATCH_ARRAYS], **host[BATCH_ARRAYS], **ahead[BATCH_ARRAYS];
-        size_t n[BATCH_ARRAYS];
         batch_arrays(m, &m->dev[i], dev, n);
         batch_arrays(m, &m->host[i], host, n);
-        batch_arrays(m, &m->ahead, ahead, n);
-        for (int k = 0; k < BATCH_ARRAYS; k++) {
-            *host[k] = tfb_mempool_mirror(&m->pools[2], *dev[k]);
-            if (i == 0) *ahead[k] = (int *)(m->ahead_mem + ((char *)*dev[k] - lo));
-        }
+        for (int k = 0; k < BATCH_ARRAYS; k++) *host[k] = tfb_mempool_mirror(&m->pools[2], *dev[k]);
     }
+    char *lo; /* the batch made ahead: slot 0's span layout in its own host buffer */
+    m->ahead_mem = malloc(batch_span(m, 0, &lo));
+    TFB_CHECK_ALLOC(m->ahead_mem);
+    batch_arrays(m, &m->dev[0], dev, n);
+    batch_arrays(m, &m->ahead, host, n);
+    for (int k = 0; k < BATCH_ARRAYS; k++) *host[k] = (int *)(m->ahead_mem + ((char *)*dev[k] - lo));
     return TFB_OK;
 }
 

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 status=0
 cppcheck --quiet --enable=warning,portability,performance --std=c11 --inline-suppr -I build -D_GNU_SOURCE \
     --suppress=missingIncludeSystem --error-exitcode=1 kernels bench results topology tests scripts/bench_conv.c \
-    scripts/bench_fused.c || status=1
+    scripts/bench_fused.c scripts/bench_batch.c || status=1
 mpi_inc=$(mpicc --showme:compile)
 n=0
 for f in $(git ls-files '*.c'); do

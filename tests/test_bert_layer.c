@@ -177,6 +177,31 @@ static void test_layer_input_chain(tfb_backend *be) {
            "%d casts chained, %d each layer (%d layers), loss %.9g vs %.9g", chained, each, L, l0, l1);
 }
 
+/* One FP32 forward of bert-mini on step `step`'s batch, loaded after prepare_batch made step `ahead`'s (-1: none);
+ * NaN when a call fails or the workload has no prepare_batch. */
+static double model_forward_loss(tfb_backend *be, int step, int ahead) {
+    tfb_workload_config wc = {.local_batch = 2, .global_batch = 2, .seq_len = 16, .masked = 3, .gemm_type = TFB_F32,
+                              .dropout = 0.1f, .seed = 5, .dp_size = 1, .pp_size = 1, .slots = 1};
+    tfb_workload *wl = NULL;
+    double loss = NAN;
+    if (bert_create(bert_config_find("bert-mini"), &wc, be, &wl) != TFB_OK) return NAN;
+    int ok = ahead < 0 || (wl->prepare_batch && wl->prepare_batch(wl->self, ahead, 0) == TFB_OK);
+    ok = ok && wl->load_batch(wl->self, step, 0, 0) == TFB_OK && wl->forward(wl->self, step, 0, 0, &loss) == TFB_OK;
+    wl->destroy(wl->self);
+    return ok ? loss : NAN;
+}
+
+/* A batch made ahead (prepare_batch, while the device finishes the step before) is the batch load_batch would make,
+ * and one made for another step is not used. */
+static void test_batch_made_ahead(tfb_backend *be) {
+    double direct = model_forward_loss(be, 3, -1), ahead = model_forward_loss(be, 3, 3);
+    double stale = model_forward_loss(be, 3, 4), other = model_forward_loss(be, 4, -1);
+    EXPECT("bert_batch_made_ahead_is_the_batch_load_makes", isfinite(direct) && direct == ahead && direct == stale &&
+                                                                 direct != other,
+           "loss %.9g direct, %.9g made ahead, %.9g after another step's made ahead, %.9g the next step's", direct,
+           ahead, stale, other);
+}
+
 int main(void) {
     tfb_backend *be;
     char why[128];
@@ -185,6 +210,7 @@ int main(void) {
     run(be, TFB_F16, 5e-3, "fp16"); /* 11-bit significands: ~5e-4 per operand, a few GEMMs deep */
     run(be, TFB_BF16, 4e-2, "bf16"); /* 8-bit significands: ~4e-3 per operand */
     test_layer_input_chain(be);
+    test_batch_made_ahead(be);
     be->destroy(be);
     return test_failures ? 1 : 0;
 }
