@@ -6,7 +6,9 @@
  * No other file tests TFB_CUDA_BACKEND.
  *
  * Compiled a second time with TFB_REGISTRY_EMU=1 for the test program tfbench_emu, where "cuda" is the CUDA
- * backend's kernels emulated on the CPU (tests/emu/), with GEMM and convolution on the CPU backend.
+ * backend emulated on the CPU (tests/emu/: its kernels, and its cuBLAS and cuDNN calls computed by stand-ins),
+ * with memory, timing marks and communication on the CPU backend. That program's cuBLAS and cuDNN symbols are
+ * the stand-ins, so there the real CUDA backend is never opened, not even by "auto" (TFB_REAL_CUDA).
  */
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +18,7 @@
 #if TFB_CUDA_BACKEND
 #include "cuda/cuda.h"
 #endif
+#define TFB_REAL_CUDA (TFB_CUDA_BACKEND && !TFB_REGISTRY_EMU)
 #if TFB_REGISTRY_EMU
 #include "../tests/emu/cuda_emu_backend.h"
 #define TFB_EMU_SMS 4 /* the SM count the emulated kernels size their grids for */
@@ -33,7 +36,7 @@ const char *tfb_backend_list(void) {
 #endif
 }
 
-#if TFB_CUDA_BACKEND
+#if TFB_REAL_CUDA
 /* The GPU of this rank: its node-local rank, unless there are more ranks on the node than GPUs. */
 static tfb_status cuda_open(const tfb_backend_spec *s, tfb_backend **out, char *why, size_t why_len) {
     int n = tfb_cuda_device_count(why, why_len);
@@ -48,10 +51,12 @@ static tfb_status cuda_open(const tfb_backend_spec *s, tfb_backend **out, char *
 #endif
 
 static tfb_status auto_open(const tfb_backend_spec *s, tfb_backend **out, char *why, size_t why_len) {
-#if TFB_CUDA_BACKEND
+#if TFB_REAL_CUDA
     char gpu_why[256] = "";
     if (tfb_cuda_device_count(gpu_why, sizeof gpu_why) > 0) return cuda_open(s, out, why, why_len);
     snprintf(why, why_len, "using the CPU backend: %s", gpu_why);
+#elif TFB_REGISTRY_EMU
+    snprintf(why, why_len, "using the CPU backend: the emulated CUDA backend only when asked for (--device cuda)");
 #else
     snprintf(why, why_len, "using the CPU backend: this tfbench was built without CUDA");
 #endif
@@ -69,7 +74,7 @@ tfb_status tfb_backend_open(const tfb_backend_spec *s, tfb_backend **out, char *
         return tfb_cuda_emu_backend_create(TFB_EMU_SMS, cpu, out);
     }
 #endif
-#if TFB_CUDA_BACKEND
+#if TFB_REAL_CUDA
     if (strcmp(s->name, "cuda") == 0) {
         char reason[256] = "";
         tfb_status st = cuda_open(s, out, reason, sizeof reason);

@@ -211,14 +211,17 @@ def test_cuda_emu():
 EMU_BIN = os.path.join(os.path.dirname(BIN), "tests", "tfbench_emu")
 EMU_STEPS, EMU_LR = 3, 1e-3
 EMU_BERT = ["--model", "bert-tiny", "--seq-len", "16", "--batch", "2", "--masked", "3", "--lr", str(EMU_LR)]
-# Seed 2: at the default seed one ReLU input of stage2.block0.u0 lies within rounding of zero, so two correct
-# reduction orders gate it differently and every gradient below it differs by about 1e-3 in FP32. Other seeds
-# tried (2 to 5) agree within 1e-5 per tensor.
-EMU_RESNET = ["--model", "resnet-tiny", "--image-size", "32", "--batch", "2", "--lr", "0.01", "--seed", "2"]
+# Seed 4: a seed where no ReLU input lies within rounding of zero, so that two correct summation orders gate the
+# same units. Where one does, every gradient below it differs by about 1e-3 in FP32: with the CPU's GEMM and
+# convolutions on both sides, one input of stage2.block0.u0 did at the default seed; with cuBLAS's and cuDNN's
+# stand-ins, at seed 2 the first step's gradients of the two-rank synchronised-batch-norm run agree within 1e-6
+# and one batch-norm shift (stage1.block0.u1) still ends 3e-3 apart. Seeds 3 to 6 and the default agree within
+# 1e-5 per tensor in FP32; seed 4 leaves FP16 and BF16 the widest margin (0.07 and 0.09 of 0.2).
+EMU_RESNET = ["--model", "resnet-tiny", "--image-size", "32", "--batch", "2", "--lr", "0.01", "--seed", "4"]
 
 
 def emu_vs_cpu(tag, args, ranks, tol):
-    """tfbench_emu --device cuda (the CUDA backend's kernels emulated, GEMM and convolution on the CPU) against
+    """tfbench_emu --device cuda (the CUDA backend's code emulated, cuBLAS and cuDNN by their stand-ins) against
     tfbench --device cpu, EMU_STEPS steps from the same seed: the loss at every step within tol relative; the first
     step's gradients (one rank) and the final parameters within tol as a whole and 10 tol per tensor. The attention
     key bias, whose gradient is rounding noise (params_rel), within 1e-5 in FP32; in 16 bits that noise is large

@@ -6,7 +6,7 @@
  * pooling, in FP32, NCHW and NHWC, and a residual block's sum + ReLU. Batch norm reads its input x in FP32 or 16
  * bits (a 16-bit network's convolution outputs) and writes its output in either; statistics and sums are FP32
  * (double across blocks); the block sum reads and writes either type.
- * Convolutions are in cuda_blas.cu.
+ * Convolutions are in cuda_conv.cu.
  *
  * A channel's reduction covers n planes of hw values. Each channel's planes are split over enough blocks to give
  * every SM a few (64 channels alone would leave half of an H100 idle), each block writes a partial sum, and the

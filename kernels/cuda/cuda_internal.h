@@ -1,6 +1,7 @@
 /* cuda_internal.h — declarations shared by the CUDA backend's files (cuda_backend.cu: device, memory, copies and
- * constructor; cuda_blas.cu: GEMM through cuBLAS and convolution through cuDNN; cuda_ops.cu: the training ops;
- * cuda_cnn.cu: batch norm and pooling; cuda_shard.cu: tensor-parallel shard ops). Not a public interface.
+ * constructor; cuda_gemm.cu: GEMM through cuBLAS; cuda_conv.cu: convolution through cuDNN; cuda_ops.cu: the
+ * training ops; cuda_cnn.cu: batch norm and pooling; cuda_shard.cu: tensor-parallel shard ops). Not a public
+ * interface.
  *
  * Every op is queued on the backend's one stream and returns without waiting; sync() waits. Errors are checked
  * with TFB_CHECK_CUDA / _CUBLAS / _CUDNN, which report the failing call, file:line, rank and device through
@@ -17,8 +18,18 @@
 
 #define TFB_CUDA_THREADS 256
 
-/* One cached convolution plan: the shape key, cuDNN's descriptors and the algorithms its search chose. */
-typedef struct tfb_conv_plan tfb_conv_plan;
+/* One cached convolution plan (cuda_conv.cu): the shape key, cuDNN's descriptors and the algorithms its search
+ * chose. */
+typedef struct tfb_conv_plan {
+    tfb_conv_desc key;
+    cudnnTensorDescriptor_t x, y;
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+    cudnnConvolutionFwdAlgoPerf_t fwd;
+    cudnnConvolutionBwdDataAlgoPerf_t data;
+    cudnnConvolutionBwdFilterAlgoPerf_t filter;
+    int have_fwd, have_data, have_filter;
+} tfb_conv_plan;
 /* A communicator's NCCL side (cuda_comm.cu). */
 typedef struct nccl_comm nccl_comm;
 
@@ -151,10 +162,11 @@ tfb_status tfb_cuda_comm_wrap(void *ctx, struct tfb_comm *host, struct tfb_comm 
 int tfb_cuda_profile_open(void); /* rows to print, 0: off */
 tfb_status tfb_cuda_trace(void *ctx, int on);
 
-void tfb_cuda_blas_install(tfb_backend *be);
+void tfb_cuda_gemm_install(tfb_backend *be);
+void tfb_cuda_conv_install(tfb_backend *be);
 void tfb_cuda_ops_install(tfb_backend *be);
 void tfb_cuda_cnn_install(tfb_backend *be);
 void tfb_cuda_shard_install(tfb_backend *be);
-void tfb_cuda_plans_free(cuda_ctx *c);
+void tfb_cuda_plans_free(cuda_ctx *c); /* cuda_conv.cu: the cached convolution plans */
 
 #endif

@@ -1,12 +1,13 @@
-/* cuda_emu_backend.cpp — a tfb_backend named "cuda-emu" whose ops are the CUDA backend's own (cuda_ops.cu,
- * cuda_cnn.cu, cuda_shard.cu, compiled for tests/emu/cuda_emu.h), with host memory standing in for device memory.
- * gpu_check --device cuda-emu checks them against the CPU backend on a machine with no GPU; tfbench_emu trains
- * with them.
+/* cuda_emu_backend.cpp — a tfb_backend named "cuda-emu" whose ops are the CUDA backend's own (cuda_gemm.cu,
+ * cuda_conv.cu, cuda_ops.cu, cuda_cnn.cu, cuda_shard.cu, compiled for tests/emu/cuda_emu.h), with host memory
+ * standing in for device memory and the cuBLAS and cuDNN calls computed on the CPU (emu_cublas.cpp,
+ * emu_cudnn.cpp). gpu_check --device cuda-emu checks them against the CPU backend on a machine with no GPU;
+ * tfbench_emu trains with them.
  *
- * cuBLAS, cuDNN, CUDA events and NCCL have no emulation. Without a CPU delegate the backend lacks GEMM,
- * convolution, timing marks and communication (gpu_check skips the checks of ops a backend lacks); with one, those
- * (and memory, so its accounting sees every buffer) are the delegate's, so whole training steps run with every
- * other op on the CUDA kernels. Deliberately absent either way: every device query but the SM count.
+ * CUDA events and NCCL have no emulation. Without a CPU delegate the backend lacks timing marks and communication
+ * (gpu_check skips the checks of ops a backend lacks); with one, those (and memory, so its accounting sees every
+ * buffer) are the delegate's, so whole training steps run with every op on the CUDA backend's code. Deliberately
+ * absent either way: every device query but the SM count.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,9 @@ static void emu_destroy(tfb_backend *be) {
     emu_ctx *e = (emu_ctx *)be->ctx;
     cuda_ctx *c = &e->c;
     if (e->cpu) e->cpu->destroy(e->cpu);
+    tfb_cuda_plans_free(c);
+    if (c->blas) cublasDestroy(c->blas);
+    if (c->dnn) cudnnDestroy(c->dnn);
     free(c->flag);
     free(c->partials);
     free(c->tickets);
@@ -88,16 +92,6 @@ static tfb_status cpu_mark(void *ctx, int i) { return cpu_of(ctx)->mark(cpu_of(c
 static tfb_status cpu_mark_seconds(void *ctx, int a, int b, double *seconds) {
     return cpu_of(ctx)->mark_seconds(cpu_of(ctx)->ctx, a, b, seconds);
 }
-static tfb_status cpu_gemm(void *ctx, const tfb_gemm_desc *d) { return cpu_of(ctx)->gemm(cpu_of(ctx)->ctx, d); }
-static tfb_status cpu_conv_fwd(void *ctx, const tfb_conv_desc *d, void *y, const void *x, const void *w) {
-    return cpu_of(ctx)->conv_fwd(cpu_of(ctx)->ctx, d, y, x, w);
-}
-static tfb_status cpu_conv_bwd_data(void *ctx, const tfb_conv_desc *d, void *dx, const void *dy, const void *w) {
-    return cpu_of(ctx)->conv_bwd_data(cpu_of(ctx)->ctx, d, dx, dy, w);
-}
-static tfb_status cpu_conv_bwd_filter(void *ctx, const tfb_conv_desc *d, float *dw, const void *x, const void *dy) {
-    return cpu_of(ctx)->conv_bwd_filter(cpu_of(ctx)->ctx, d, dw, x, dy);
-}
 
 /* The delegate's ops over be's, where the delegate has them (communication needs none: buffers are host memory). */
 static void emu_delegate(tfb_backend *be, const tfb_backend *cpu) {
@@ -109,10 +103,6 @@ static void emu_delegate(tfb_backend *be, const tfb_backend *cpu) {
         be->mark = cpu_mark;
         be->mark_seconds = cpu_mark_seconds;
     }
-    if (cpu->gemm) be->gemm = cpu_gemm;
-    if (cpu->conv_fwd) be->conv_fwd = cpu_conv_fwd;
-    if (cpu->conv_bwd_data) be->conv_bwd_data = cpu_conv_bwd_data;
-    if (cpu->conv_bwd_filter) be->conv_bwd_filter = cpu_conv_bwd_filter;
 }
 
 /* sms: how many SMs the kernels size their grids for (the batch-norm reductions split channels by it); cpu: the
@@ -122,7 +112,9 @@ extern "C" tfb_status tfb_cuda_emu_backend_create(int sms, tfb_backend *cpu, tfb
     emu_ctx *e = (emu_ctx *)calloc(1, sizeof *e);
     cuda_ctx *c = e ? &e->c : NULL;
     int *flag = (int *)calloc(1, sizeof(int));
-    if (!be || !e || !flag) {
+    if (!be || !e || !flag || cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS ||
+        cudnnCreate(&c->dnn) != CUDNN_STATUS_SUCCESS) {
+        if (c && c->blas) cublasDestroy(c->blas);
         free(be); free(e); free(flag);
         if (cpu) cpu->destroy(cpu);
         return TFB_ERR_NOMEM;
@@ -140,6 +132,8 @@ extern "C" tfb_status tfb_cuda_emu_backend_create(int sms, tfb_backend *cpu, tfb
     be->alloc = emu_alloc; be->free = emu_free;
     be->copy_h2d = emu_copy; be->copy_d2h = emu_copy; be->copy_d2d = emu_copy;
     be->sync = emu_sync; be->destroy = emu_destroy;
+    tfb_cuda_gemm_install(be);
+    tfb_cuda_conv_install(be);
     tfb_cuda_ops_install(be);
     tfb_cuda_cnn_install(be);
     tfb_cuda_shard_install(be);

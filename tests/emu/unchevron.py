@@ -4,8 +4,8 @@ kernel file as `tfb_emu_launch("kernel", [&] { kernel<T>(args); }, grid, block, 
 tests/emu/cuda_emu.h runs on the CPU. Everything else, line breaks included, is kept (a #line directive makes the
 compiler's messages name the original file and lines). The code after the last #include goes into namespace
 tfb_emu_kernels, so its functions cannot clash with those of nvcc's object of the same file when a CUDA build links
-both; the file's tfb_cuda_*_install functions are forwarded from the global namespace. Fails on a launch it cannot
-parse rather than guess."""
+both; the file's void tfb_cuda_* functions of one backend or context pointer (the installers, the convolution
+plans' release) are forwarded from the global namespace. Fails on a launch it cannot parse rather than guess."""
 import re
 import sys
 
@@ -76,8 +76,8 @@ def main():
     line = src.count("\n", 0, at) + 2
     text = (f'#line 1 "{sys.argv[1]}"\n' + src[:at] + f'\nnamespace tfb_emu_kernels {{\n#line {line} "{sys.argv[1]}"' +
             src[at:] + "\n}\n")
-    for name in re.findall(r"^void (tfb_cuda_\w+_install)\(tfb_backend \*be\)", src, re.M):
-        text += f"void {name}(tfb_backend *be) {{ tfb_emu_kernels::{name}(be); }}\n"
+    for name, arg in re.findall(r"^void (tfb_cuda_\w+)\((tfb_backend|cuda_ctx) \*\w+\)", src, re.M):
+        text += f"void {name}({arg} *p) {{ tfb_emu_kernels::{name}(p); }}\n"
     with open(sys.argv[2], "w") as f:
         f.write(text)
 
