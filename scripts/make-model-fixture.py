@@ -22,7 +22,7 @@ H, A, L, S, B = 128, 2, 2, 16, 2
 d = tempfile.mkdtemp()
 subprocess.run([os.path.join(ROOT, "build", "tfbench")] + ARGS + ["--dump", d, "--output", d + "/r.json"], check=True,
                stdout=subprocess.DEVNULL)
-loss_tfbench = json.load(open(d + "/r.json"))["per_step"]["loss_all_steps_including_warmup"][0]
+loss_tfbench = json.load(open(d + "/r.json"))["configurations"][0]["per_step"]["loss_all_steps_including_warmup"][0]
 P = {os.path.basename(f)[6:-4]: torch.tensor(np.load(f), dtype=torch.float64, requires_grad=True)
      for f in glob.glob(d + "/param.*.npy")}
 batch = {k: torch.tensor(np.load(f"{d}/batch.{k}.npy")).long() for k in
