@@ -220,6 +220,20 @@ EMU_BERT = ["--model", "bert-tiny", "--seq-len", "16", "--batch", "2", "--masked
 EMU_RESNET = ["--model", "resnet-tiny", "--image-size", "32", "--batch", "2", "--lr", "0.01", "--seed", "4"]
 
 
+def conv_algorithms_recorded(tag, r_emu, r_cpu):
+    """The results file names the algorithm cuDNN's search chose for each convolution shape, once per shape: with
+    the emulator's cuDNN stand-in, the fastest that succeeded within the workspace limit (implicit precomputed
+    GEMM, backward algorithm 1), FMA math in FP32 and tensor ops in 16 bits; the stem's input has no gradient.
+    The CPU backend records none."""
+    lines = r_emu["config"].get("conv_algorithms", [])
+    math = "fma" if "fp32" in tag else "tensor ops"
+    ok = len(lines) >= 5 and len(set(lines)) == len(lines) and "conv_algorithms" not in r_cpu["config"]
+    for i, line in enumerate(lines):
+        data = f"backward data ALGO_1 ({math}," in line or (i == 0 and "backward data - (-," in line)
+        ok &= data and f"forward IMPLICIT_PRECOMP_GEMM ({math}," in line and f"backward filter ALGO_1 ({math}," in line
+    check(f"cuda_emu_{tag}_conv_algorithms_recorded", ok, f"{lines[:2]}")
+
+
 def emu_vs_cpu(tag, args, ranks, tol):
     """tfbench_emu --device cuda (the CUDA backend's code emulated, cuBLAS and cuDNN by their stand-ins) against
     tfbench --device cpu, EMU_STEPS steps from the same seed: the loss at every step within tol relative; the first
@@ -241,6 +255,8 @@ def emu_vs_cpu(tag, args, ranks, tol):
         check(f"cuda_emu_steps_{tag}_run", False,
               f"cpu rc {p_cpu.returncode} emu rc {p_emu.returncode} {p_emu.stderr[-300:]!r}")
         return
+    if "resnet" in tag:
+        conv_algorithms_recorded(tag, r_emu, r_cpu)
     e_loss = max_rel(losses(r_emu), losses(r_cpu))
     figs = [("loss", e_loss, e_loss, "")]
     for prefix in (("grad", "param_final") if ranks == 1 else ("param_final",)):

@@ -7,14 +7,12 @@
  * TF32 only under CUBLAS_COMPUTE_32F_FAST_TF32.
  * Deliberately absent: every other cuBLAS call, streams (calls run at once, in order), and speed (plain loops).
  */
-#include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #include <vector>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include "emu_tf32.h"
 
 struct cublasContext {
     cudaStream_t stream;
@@ -79,16 +77,6 @@ static void store(void *p, cudaDataType t, size_t i, float x) {
     else ((float *)p)[i] = x;
 }
 
-static float round_tf32(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7f800000u) == 0x7f800000u) return x; /* inf, NaN */
-    u += 0xfffu + ((u >> 13) & 1u);
-    u &= ~0x1fffu;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 /* cublasGemmEx's table for the compute types tfbench could ask for: A and B of one type; FP32 compute takes FP32
  * into FP32, or FP16/BF16 into their own type or FP32; the TF32 modes take FP32 only. */
 static int gemm_types_supported(cudaDataType a, cudaDataType b, cudaDataType c, cublasComputeType_t compute) {
@@ -123,13 +111,13 @@ static void gemm_one(const gemm_call *g, const void *A, const void *B, void *C) 
         for (int p = 0; p < g->k; p++) {
             size_t at = g->ta == CUBLAS_OP_N ? i + (size_t)p * g->lda : p + (size_t)i * g->lda;
             float v = load(A, g->ab, at);
-            a[(size_t)i * g->k + p] = g->tf32 ? round_tf32(v) : v;
+            a[(size_t)i * g->k + p] = g->tf32 ? emu_round_tf32(v) : v;
         }
     for (int j = 0; j < g->n; j++)
         for (int p = 0; p < g->k; p++) {
             size_t at = g->tb == CUBLAS_OP_N ? p + (size_t)j * g->ldb : j + (size_t)p * g->ldb;
             float v = load(B, g->ab, at);
-            b[(size_t)j * g->k + p] = g->tf32 ? round_tf32(v) : v;
+            b[(size_t)j * g->k + p] = g->tf32 ? emu_round_tf32(v) : v;
         }
     for (int j = 0; j < g->n; j++)
         for (int i = 0; i < g->m; i++) {

@@ -11,13 +11,13 @@
  * supported, and two that work, one of them needing a workspace.
  * Deliberately absent: every other cuDNN call, groups, 5-D tensors, streams (calls run at once), and speed.
  */
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
 #include <cudnn.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include "emu_tf32.h"
 
 struct cudnnContext {
     cudaStream_t stream;
@@ -155,16 +155,6 @@ static void store(void *p, cudnnDataType_t t, long long i, float v) {
     else ((float *)p)[i] = v;
 }
 
-static float round_tf32(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7f800000u) == 0x7f800000u) return x;
-    u += 0xfffu + ((u >> 13) & 1u);
-    u &= ~0x1fffu;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 static size_t tensor_elems(const cudnnTensorStruct *t) { return (size_t)t->n * t->c * t->h * t->w; }
 static size_t filter_elems(const cudnnFilterStruct *w) { return (size_t)w->k * w->c * w->r * w->s; }
 
@@ -173,7 +163,7 @@ static std::vector<float> inputs(const conv_problem *p, const void *a, size_t n)
     std::vector<float> v(n);
     for (size_t i = 0; i < n; i++) {
         float e = load(a, p->x->type, (long long)i);
-        v[i] = p->tf32 ? round_tf32(e) : e;
+        v[i] = p->tf32 ? emu_round_tf32(e) : e;
     }
     return v;
 }
