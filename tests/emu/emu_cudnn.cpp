@@ -202,6 +202,7 @@ static void blend(void *out, cudnnDataType_t t, long long i, float alpha, float 
 
 #define TOO_LARGE ((size_t)1 << 40) /* a workspace no run could give */
 #define PRECOMP_BYTES ((size_t)4096)
+static const size_t ALGO_BYTES[4] = {TOO_LARGE, 0, PRECOMP_BYTES, 0}; /* each search's i-th result's workspace */
 
 static cudnnStatus_t workspace_check(size_t need, const void *ws, size_t have) {
     return have < need || (need && !ws) ? CUDNN_STATUS_BAD_PARAM : CUDNN_STATUS_SUCCESS;
@@ -210,7 +211,7 @@ static cudnnStatus_t workspace_check(size_t need, const void *ws, size_t have) {
 /* What a search returns: four results, fastest first (see the file's comment). */
 template <typename Perf, typename Algo>
 static cudnnStatus_t search(const conv_problem *p, cudnnHandle_t h, int requested, int *returned, Perf *perf,
-                            const Algo algos[4], const size_t bytes[4]) {
+                            const Algo algos[4]) {
     cudnnStatus_t st = conv_check(h, p);
     if (st != CUDNN_STATUS_SUCCESS) return st;
     if (requested < 1 || !returned || !perf) return CUDNN_STATUS_BAD_PARAM;
@@ -220,7 +221,7 @@ static cudnnStatus_t search(const conv_problem *p, cudnnHandle_t h, int requeste
         perf[i].algo = algos[i];
         perf[i].status = i == 1 ? CUDNN_STATUS_NOT_SUPPORTED : CUDNN_STATUS_SUCCESS;
         perf[i].time = i == 1 ? -1.0f : 0.1f * (float)(i + 1);
-        perf[i].memory = bytes[i];
+        perf[i].memory = ALGO_BYTES[i];
         perf[i].determinism = CUDNN_DETERMINISTIC;
         perf[i].mathType = p->cv->math;
     }
@@ -237,7 +238,6 @@ static const cudnnConvolutionBwdDataAlgo_t DATA_ALGOS[4] = {
 static const cudnnConvolutionBwdFilterAlgo_t FILTER_ALGOS[4] = {
     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED,
     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0};
-static const size_t ALGO_BYTES[4] = {TOO_LARGE, 0, PRECOMP_BYTES, 0};
 
 /* The workspace algorithm `algo` (of the list `algos`) needs, or -1 when the search never offers it. */
 template <typename Algo> static long long algo_bytes(const Algo algos[4], Algo algo) {
@@ -258,7 +258,7 @@ cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionForwardAlgorithm(cudnnHandle_t han
                                                                const cudnnTensorDescriptor_t y, const int requested,
                                                                int *returned, cudnnConvolutionFwdAlgoPerf_t *perf) {
     conv_problem p = problem(x, w, conv, y);
-    return search(&p, handle, requested, returned, perf, FWD_ALGOS, ALGO_BYTES);
+    return search(&p, handle, requested, returned, perf, FWD_ALGOS);
 }
 
 cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardDataAlgorithm(
@@ -266,7 +266,7 @@ cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardDataAlgorithm(
     const cudnnConvolutionDescriptor_t conv, const cudnnTensorDescriptor_t dx, const int requested, int *returned,
     cudnnConvolutionBwdDataAlgoPerf_t *perf) {
     conv_problem p = problem(dx, w, conv, dy);
-    return search(&p, handle, requested, returned, perf, DATA_ALGOS, ALGO_BYTES);
+    return search(&p, handle, requested, returned, perf, DATA_ALGOS);
 }
 
 cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardFilterAlgorithm(
@@ -274,7 +274,7 @@ cudnnStatus_t CUDNNWINAPI cudnnFindConvolutionBackwardFilterAlgorithm(
     const cudnnConvolutionDescriptor_t conv, const cudnnFilterDescriptor_t dw, const int requested, int *returned,
     cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
     conv_problem p = problem(x, dw, conv, dy);
-    return search(&p, handle, requested, returned, perf, FILTER_ALGOS, ALGO_BYTES);
+    return search(&p, handle, requested, returned, perf, FILTER_ALGOS);
 }
 
 /* A run's checks: the problem, then the algorithm (one the search offers) and its workspace. */
