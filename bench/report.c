@@ -70,7 +70,8 @@ void tfb_report_print(FILE *f, const tfb_run_record *r) {
     ms_row(f, "", s.step_p95, "p95");
     static const char *notes[TFB_N_PHASES] = {"median; includes loading the batch", "median; starts bucket all-reduces",
                                                "median; blocked in pipeline transfers", "median; wait for all-reduce after backward",
-                                               "median; finiteness check + update"};
+                                               "median; finiteness check + update",
+                                               "median; host work not hidden, closing sync"};
     for (int p = 0; p < TFB_N_PHASES; p++) ms_row(f, tfb_phase_names[p], s.phase_median[p], notes[p]);
     pct_row(f, "share: compute", r->share_compute, "median share of a rank's step, mean of ranks");
     pct_row(f, "share: exposed comm", r->share_comm, "tensor collectives + data-parallel wait");

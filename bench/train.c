@@ -430,8 +430,13 @@ static void log_steps(train_ctx *t, int from, int to, int trial) {
 
 static tfb_status dump_step(train_ctx *t);
 
-static void keep_step(train_ctx *t, int timed, const double *ph) {
+/* The step's time outside the marks (before the first, making the next batch where the device does not hide it,
+ * the closing sync) becomes the phase "other", so that on every rank the phases add up to the step. */
+static void keep_step(train_ctx *t, int timed, double *ph, double step_s) {
     if (timed < 0) return;
+    double marked = 0;
+    for (int p = 0; p < TFB_PHASE_OTHER; p++) marked += ph[p];
+    ph[TFB_PHASE_OTHER] = step_s > marked ? step_s - marked : 0.0;
     for (int p = 0; p < TFB_N_PHASES; p++) t->local_phase[p][timed] = ph[p];
     t->local_tp[timed] = t->wl->tp_comm_s;
     t->local_recompute[timed] = t->wl->recompute_s;
@@ -466,7 +471,7 @@ static tfb_status run_steps(train_ctx *t) {
             TFB_CHECK(dump_step(t));
             if (timed == 0) t->rec->window_s[0] += tfb_clock_s() - d0;
         }
-        keep_step(t, timed, ph);
+        keep_step(t, timed, ph, dt);
         if (timed >= 0) t->local_step[timed] = dt;
         if (timed >= 0 && timed % S == S - 1) {
             TFB_CHECK(t->env->be->sync(t->env->be->ctx));

@@ -8,8 +8,10 @@
 #include <stdint.h>
 
 /* Phases of a step on one rank: forward and backward compute (tensor-parallel collectives included), time blocked
- * in pipeline transfers, the data-parallel gradient wait (and the tied-embedding sum), the optimizer. */
-enum { TFB_PHASE_FWD, TFB_PHASE_BWD, TFB_PHASE_PIPE, TFB_PHASE_COMM, TFB_PHASE_OPT, TFB_N_PHASES };
+ * in pipeline transfers, the data-parallel gradient wait (and the tied-embedding sum), the optimizer, and the rest
+ * of the step outside those marks (host work the device does not hide, the closing sync). On every rank the phases
+ * add up to the step. */
+enum { TFB_PHASE_FWD, TFB_PHASE_BWD, TFB_PHASE_PIPE, TFB_PHASE_COMM, TFB_PHASE_OPT, TFB_PHASE_OTHER, TFB_N_PHASES };
 enum { TFB_MAX_STAGES = 64 };
 
 typedef struct {

@@ -6,7 +6,8 @@
 #include "record.h"
 #include "../bench/stats.h"
 
-const char *const tfb_phase_names[TFB_N_PHASES] = {"forward", "backward", "pipeline_wait", "comm_exposed", "optimizer"};
+const char *const tfb_phase_names[TFB_N_PHASES] = {"forward", "backward", "pipeline_wait", "comm_exposed", "optimizer",
+                                                      "other"};
 
 tfb_run_summary tfb_record_summarize(const tfb_run_record *r) {
     tfb_run_summary s = {0};
