@@ -14,6 +14,7 @@
 #include "fd.h"
 #include "rel_error.h"
 #include "../kernels/backend.h"
+#include "../kernels/cpu/cpu.h"
 
 static tfb_backend *be;
 
@@ -473,6 +474,85 @@ static void test_relu_sgd(void) {
            buf[0], w[0]);
 }
 
+/* ---- the test hook TFB_TEST_DECISION_MARGIN (kernels/cpu/cpu_margin.c) on hand-made inputs ---- */
+
+static double rms(const double *v, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += v[i] * v[i];
+    return sqrt(s / n);
+}
+
+static int near(double got, double want) { return fabs(got - want) <= 1e-5 * want; }
+
+/* The ReLU after batch norm: the smallest |x * scale + shift| over the rms of all of them, channel by channel in
+ * NCHW (n, c, hw) and in rows (n * hw, c). */
+static void margin_bn_test(void) {
+    float x[12] = {0.3f, -1.2f, 2.0f, 0.7f, 1.1f, -0.4f, 1.5f, 0.6f, 0.45f, -2.0f, 0.2f, 1.0f}, y[12];
+    float mean[2] = {0.4f, 0.5f}, var[2] = {0.8f, 1.3f}, gamma[2] = {1.2f, 0.9f}, beta[2] = {0.1f, -0.2f};
+    for (int rows = 0; rows < 2; rows++) {
+        int n = rows ? 6 : 2, hw = rows ? 1 : 3;
+        double v[12], dist = INFINITY;
+        for (int i = 0; i < 12; i++) {
+            int ch = rows ? i % 2 : i / 3 % 2;
+            v[i] = (x[i] - mean[ch]) * gamma[ch] / sqrt(var[ch] + 1e-5) + beta[ch];
+            dist = fmin(dist, fabs(v[i]));
+        }
+        be->bn_apply(be->ctx, y, TFB_F32, x, TFB_F32, mean, var, gamma, beta, n, 2, hw, 1e-5f, 0);
+        double off = tfb_cpu_margin_take();
+        be->bn_apply(be->ctx, y, TFB_F32, x, TFB_F32, mean, var, gamma, beta, n, 2, hw, 1e-5f, 1);
+        double got = tfb_cpu_margin_take(), want = dist / rms(v, 12);
+        EXPECT(rows ? "decision_margin_bn_relu_rows" : "decision_margin_bn_relu_nchw", off == HUGE_VAL && near(got, want),
+               "%g, want %g (without relu %g)", got, want, off);
+    }
+}
+
+/* A residual block's ReLU: |a + b|; and a max pool's gap between the two largest of a window, where zeros that
+ * tie are no decision but nonzero values that tie are (margin 0). */
+static void margin_add_pool_test(void) {
+    float a[4] = {1.0f, -0.5f, 3.0f, 2.0f}, b[4] = {0.0f, 0.49f, 0.0f, -2.5f}, out[4];
+    double v[4] = {1.0, -0.01, 3.0, -0.5};
+    be->add_relu(be->ctx, out, TFB_F32, a, TFB_F32, b, TFB_F32, 4, 1);
+    double got = tfb_cpu_margin_take(), want = 0.01 / rms(v, 4);
+    EXPECT("decision_margin_add_relu", fabs(got - want) < 1e-4 * want, "%g, want %g", got, want);
+    /* a 4x4 plane, 2x2 windows, stride 2: gaps 0.1, none (zeros), 1.2, 1.0; channel 1 (NHWC) gaps 2 and more */
+    float plane[16] = {0.9f, 0.8f, 0, 0, 0.1f, 0.2f, 0, 0, 1.5f, 0.3f, 2.0f, 1.0f, 0.2f, 0.1f, 0, 0};
+    float nhwc[32], y[8];
+    int arg[8];
+    double p[16];
+    for (int i = 0; i < 16; i++) {
+        p[i] = plane[i];
+        nhwc[2 * i] = plane[i];
+        nhwc[2 * i + 1] = (float)(3 * i);
+    }
+    tfb_pool_desc d = {.n = 1, .c = 1, .h = 4, .w = 4, .r = 2, .stride = 2, .pad = 0, .p = 2, .q = 2,
+                       .layout = TFB_NCHW};
+    be->maxpool_fwd(be->ctx, y, arg, plane, TFB_F32, &d);
+    got = tfb_cpu_margin_take();
+    want = (0.9f - 0.8f) / rms(p, 16);
+    EXPECT("decision_margin_maxpool_nchw", near(got, want), "%g, want %g", got, want);
+    double both[32];
+    for (int i = 0; i < 32; i++) both[i] = nhwc[i];
+    d.c = 2;
+    d.layout = TFB_NHWC;
+    be->maxpool_fwd(be->ctx, y, arg, nhwc, TFB_F32, &d);
+    got = tfb_cpu_margin_take();
+    want = (0.9f - 0.8f) / rms(both, 32);
+    EXPECT("decision_margin_maxpool_nhwc", near(got, want), "%g, want %g", got, want);
+    plane[4] = 0.9f; /* a tie of nonzero values */
+    d = (tfb_pool_desc){.n = 1, .c = 1, .h = 4, .w = 4, .r = 2, .stride = 2, .pad = 0, .p = 2, .q = 2};
+    be->maxpool_fwd(be->ctx, y, arg, plane, TFB_F32, &d);
+    got = tfb_cpu_margin_take();
+    EXPECT("decision_margin_maxpool_tie_is_zero", got == 0.0, "%g", got);
+}
+
+static void test_decision_margin(void) {
+    setenv("TFB_TEST_DECISION_MARGIN", "1", 1);
+    tfb_cpu_margin_enable();
+    tfb_cpu_margin_take();
+    margin_bn_test();
+    margin_add_pool_test();
+}
+
 int main(void) {
     char why[128];
     if (tfb_backend_open(&(tfb_backend_spec){.name = "cpu", .threads = 2}, &be, why, sizeof why) != TFB_OK) { printf("FAIL backend_open: %s\n", why); return 1; }
@@ -507,6 +587,7 @@ int main(void) {
     test_bn_moments_merge(3);
     test_pools();
     test_relu_sgd();
+    test_decision_margin();
     be->destroy(be);
     return test_failures ? 1 : 0;
 }

@@ -51,6 +51,16 @@ tfb_status tfb_cpu_bn_rows_bwd_reduce(float *sum_dy, float *sum_dy_xhat, float *
 tfb_status tfb_cpu_bn_rows_bwd_apply(float *dx, const float *dy, const float *x, const float *mean, const float *var,
                                      const float *gamma, const float *beta, const float *sum_dy,
                                      const float *sum_dy_xhat, double count, int rows, int c, float eps, int relu);
+/* cpu_margin.c: the test hook TFB_TEST_DECISION_MARGIN, the smallest distance of a ReLU input or a max-pool gap
+ * from its decision's boundary, in units of its tensor's rms, printed at exit; enable reads the variable, and
+ * the others return at once when it is not set. */
+void tfb_cpu_margin_enable(void);
+void tfb_cpu_margin_bn(const float *x, const float *mean, const float *var, const float *gamma, const float *beta,
+                       int n, int c, int hw, float eps);
+void tfb_cpu_margin_add(const void *a, tfb_dtype a_type, const void *b, tfb_dtype b_type, size_t n);
+void tfb_cpu_margin_pool(const float *x, const tfb_pool_desc *d);
+/* The smallest margin since the last call (HUGE_VAL: none), for tests of the hook itself. */
+double tfb_cpu_margin_take(void);
 /* Scratch slot `slot` with room for n floats (NULL when out of memory). */
 float *tfb_cpu_scratch(void *ctx, int slot, size_t n);
 /* src (n FP32 values) stored into dst of type t (16-bit: rounded to nearest even), in parallel. */

@@ -222,6 +222,7 @@ tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out) {
                         .mark_seconds = cpu_mark_seconds, .gemm = cpu_gemm, .destroy = cpu_destroy};
     const char *limit = getenv("TFB_TEST_DEVICE_MEMORY_MIB"); /* a CPU standing in for a GPU of this memory */
     if (limit && atof(limit) > 0) be->device_memory_bytes = c->limit = (size_t)(atof(limit) * 1048576.0);
+    tfb_cpu_margin_enable(); /* test hook TFB_TEST_DECISION_MARGIN */
     tfb_cpu_ops_install(be);
     tfb_cpu_conv_install(be);
     tfb_cpu_shard_install(be);

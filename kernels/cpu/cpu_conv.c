@@ -249,6 +249,7 @@ static tfb_status cpu_bn_apply(void *ctx, void *yt, tfb_dtype y_type, const void
     const float *x = typed_input(ctx, TFB_CPU_SLOT_BN_X, xt, x_type, n, c, hw);
     float *y = typed_output(ctx, yt, y_type, n, c, hw);
     if (!x || !y) return TFB_ERR_NOMEM;
+    if (relu) tfb_cpu_margin_bn(x, mean, var, gamma, beta, n, c, hw, eps);
     if (hw == 1) {
         TFB_CHECK(tfb_cpu_bn_rows_apply(y, x, mean, var, gamma, beta, n, c, eps, relu));
         return typed_output_store(yt, y_type, y, n, c, hw);
@@ -392,6 +393,7 @@ static tfb_status cpu_maxpool_fwd(void *ctx, void *y, int *argmax, const void *x
     const float *x32 = typed_input(ctx, TFB_CPU_SLOT_BN_X, x, t, d->n, d->c, d->h * d->w);
     float *y32 = typed_output(ctx, y, t, d->n, d->c, d->p * d->q);
     if (!x32 || !y32) return TFB_ERR_NOMEM;
+    tfb_cpu_margin_pool(x32, d);
     TFB_CHECK(maxpool_fwd_f32(y32, argmax, x32, d));
     return typed_output_store(y, t, y32, d->n, d->c, d->p * d->q);
 }
@@ -444,6 +446,7 @@ static tfb_status cpu_avgpool_bwd(void *ctx, float *dx, const float *dy, int n, 
 static tfb_status cpu_add_relu(void *ctx, void *out, tfb_dtype out_type, const void *a, tfb_dtype a_type,
                                const void *b, tfb_dtype b_type, size_t n, int relu) {
     (void)ctx;
+    if (relu) tfb_cpu_margin_add(a, a_type, b, b_type, n);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         float v = tfb_cpu_load(a, a_type, i) + tfb_cpu_load(b, b_type, i);
