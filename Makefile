@@ -21,7 +21,7 @@ LIB_SRC := kernels/check.c kernels/embed_order.c kernels/registry.c kernels/cpu/
 CUDA_SRC := kernels/cuda/cuda_backend.cu kernels/cuda/cuda_gemm.cu kernels/cuda/cuda_conv.cu kernels/cuda/cuda_ops.cu kernels/cuda/cuda_cnn.cu \
             kernels/cuda/cuda_shard.cu kernels/cuda/cuda_comm.cu kernels/cuda/cuda_profile.cu
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o) $(if $(filter 1,$(CUDA_BACKEND)),$(CUDA_SRC:%.cu=$(BUILD)/%.o))
-TESTS   := $(BUILD)/tests/test_ops $(BUILD)/tests/test_cnn_ops $(BUILD)/tests/test_bert_layer $(BUILD)/tests/test_model $(BUILD)/tests/test_comm $(BUILD)/tests/test_parallel $(BUILD)/tests/test_topo $(BUILD)/tests/test_catalog $(BUILD)/tests/gpu_check $(BUILD)/tests/libfakecuda.so $(BUILD)/tests/libfakenvml.so $(BUILD)/tests/libfakecudart.so $(BUILD)/tests/libfakenccl.so
+TESTS   := $(BUILD)/tests/test_ops $(BUILD)/tests/test_cnn_ops $(BUILD)/tests/test_bert_layer $(BUILD)/tests/test_model $(BUILD)/tests/test_comm $(BUILD)/tests/test_parallel $(BUILD)/tests/test_topo $(BUILD)/tests/test_catalog $(BUILD)/tests/test_watchdog $(BUILD)/tests/gpu_check $(BUILD)/tests/libfakecuda.so $(BUILD)/tests/libfakenvml.so $(BUILD)/tests/libfakecudart.so $(BUILD)/tests/libfakenccl.so
 
 .PHONY: all configure deps run test sanitize bench gpu-check clean FORCE
 all: $(BUILD)/tfbench $(TESTS)

@@ -56,7 +56,7 @@ static const opt_spec OPTS[] = {
     {"--peak-tflops", OPT_NUM, F(peak_tflops), "0", 0, 1e6, "peak TFLOP/s per rank for MFU (0: measure with SGEMM)"},
     {"--fixed-batch", OPT_FLAG, F(fixed_batch), "0", 0, 0, "reuse the first batch every step"},
     {"--inject-overflow", OPT_INT0, F(inject_overflow), "-1", -1, 1 << 30, "test hook: put an inf into rank 0's gradients at this step"},
-    {"--timeout", OPT_NUM, F(timeout), "600", 0, 1e7, "seconds without progress before the job is ended (0: never)"},
+    {"--timeout", OPT_NUM, F(timeout), "300", 0, 1e7, "seconds without progress (a layer or block done, a phase begun) before the job is ended (0: never)"},
     {"--inject-nan", OPT_INT0, F(inject_nan), "-1", -1, 1 << 30, "test hook: put a NaN into the last rank's gradients at this step"},
     {"--inject-hang", OPT_INT0, F(inject_hang), "-1", -1, 1 << 30, "test hook: the last rank stalls at this step"},
     {"--inject-failure", OPT_INT0, F(inject_failure), "-1", -1, 1 << 30, "test hook: the last rank fails alone at this step"},

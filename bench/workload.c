@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "clock.h"
+#include "watchdog.h"
 #include "workload.h"
 
 tfb_status tfb_workload_refresh_lowp(const tfb_workload *wl, tfb_backend *be) {
@@ -133,6 +134,7 @@ double tfb_workload_unit_start(const tfb_workload *wl, tfb_backend *be) {
 }
 
 tfb_status tfb_workload_unit_stop(tfb_workload *wl, tfb_backend *be, int unit, double t0) {
+    tfb_watchdog_tick(); /* a unit done is progress: the deadline holds for one unit, not a whole phase */
     if (!wl->unit_s) return TFB_OK;
     TFB_CHECK(be->sync(be->ctx));
     wl->unit_s[unit] += tfb_clock_s() - t0;

@@ -9,7 +9,7 @@ export TFB_BUILD=${TFB_BUILD:-build}
 b=$TFB_BUILD
 log=$(mktemp)
 status=0
-for t in $b/tests/test_ops $b/tests/test_cnn_ops $b/tests/test_bert_layer $b/tests/test_model $b/tests/test_parallel $b/tests/test_topo $b/tests/test_catalog \
+for t in $b/tests/test_ops $b/tests/test_cnn_ops $b/tests/test_bert_layer $b/tests/test_model $b/tests/test_parallel $b/tests/test_topo $b/tests/test_catalog $b/tests/test_watchdog \
          $([ -x $b/tests/test_emu ] && echo $b/tests/test_emu) \
          "mpirun --oversubscribe -np 1 $b/tests/test_comm" "mpirun --oversubscribe -np 3 $b/tests/test_comm" \
          "mpirun --oversubscribe -np 4 $b/tests/test_comm" "python3 tests/test_training.py"; do

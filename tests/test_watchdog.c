@@ -1,0 +1,77 @@
+/* test_watchdog.c — the watchdog (bench/watchdog.c) in child processes, since it ends the process it watches:
+ * - a rank that finishes a workload unit (tfb_workload_unit_stop) more often than --timeout keeps running through a
+ *   phase several times longer than the timeout (a large model on the CPU is not a hang);
+ * - a rank that stops making progress is ended with exit status 124 and a message naming its operation and step.
+ * Not here: the job-wide behaviour (the launcher ending the other ranks), which tests/test_training.py checks.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "check.h"
+#include "../bench/watchdog.h"
+#include "../bench/workload.h"
+
+#define TIMEOUT_S 2.0
+
+static void nap(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
+/* A phase of 3.5 s (1.75 times the timeout) made of units of 0.25 s, each ended by the workloads' unit_stop. */
+static void child_busy(void) {
+    tfb_workload wl;
+    memset(&wl, 0, sizeof wl); /* no unit timing: unit_stop touches no backend */
+    if (tfb_watchdog_start(0, TIMEOUT_S) != 0) _exit(3);
+    tfb_watchdog_mark("a long phase", 2);
+    for (int i = 0; i < 14; i++) {
+        nap(0.25);
+        if (tfb_workload_unit_stop(&wl, NULL, i, 0) != TFB_OK) _exit(4);
+    }
+    tfb_watchdog_stop();
+    _exit(0);
+}
+
+/* A rank stuck in one operation: no mark, no unit done, for twice the timeout. */
+static void child_stuck(void) {
+    if (tfb_watchdog_start(0, TIMEOUT_S) != 0) _exit(3);
+    tfb_watchdog_mark("a test stall", 7);
+    nap(2 * TIMEOUT_S + 1);
+    _exit(0);
+}
+
+/* Runs fn in a child; returns its exit status (-1: killed or not started) and its stderr in err. */
+static int run_child(void (*fn)(void), char *err, size_t len) {
+    int fd[2];
+    if (pipe(fd) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        fn();
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < len && (r = read(fd[0], err + got, len - 1 - got)) > 0) got += (size_t)r;
+    err[got] = 0;
+    close(fd[0]);
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+}
+
+int main(void) {
+    char err[512];
+    int rc = run_child(child_busy, err, sizeof err);
+    EXPECT("watchdog_units_done_keep_a_long_phase_alive", rc == 0, "exit status %d, stderr: %s", rc, err);
+    rc = run_child(child_stuck, err, sizeof err);
+    EXPECT("watchdog_ends_a_stuck_rank_naming_its_operation",
+           rc == 124 && strstr(err, "stuck in a test stall at step 7") && strstr(err, "--timeout 2"),
+           "exit status %d, stderr: %s", rc, err);
+    return test_failures ? 1 : 0;
+}
