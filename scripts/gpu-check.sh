@@ -88,8 +88,9 @@ run() { # device model precision steps warmup output [extra options]; RANKS=n ru
     local dev=$1 model=$2 prec=$3 steps=$4 warm=$5 json=$6 launch=()
     shift 6
     [ "${RANKS:-1}" -gt 1 ] && launch=(mpirun -np "$RANKS" --oversubscribe)
+    # --timeout 120: a run that hangs costs two minutes of the call, not the default five, and the rows after it run
     "${launch[@]}" build/tfbench --device "$dev" --model "$model" --precision "$prec" --steps "$steps" \
-        --warmup "$warm" --progress off --output "$json" "$@" >"${json%.json}.log" 2>&1
+        --warmup "$warm" --progress off --timeout 120 --output "$json" "$@" >"${json%.json}.log" 2>&1
 }
 
 # layouts: one GPU, and with two or more GPUs tensor and pipeline parallel on two ranks (bert-tiny)
