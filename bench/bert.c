@@ -257,8 +257,12 @@ static void plan_layer_acts(tfb_mempool *p, const bert_model *m, bert_layer_acts
     plan_n(p, ln, 4, N);
     tfb_mempool_add(p, &la->ctx, N * W * es);
     tfb_mempool_add(p, &la->qkv_hm, N * 3 * W * es);
-    tfb_mempool_add(p, &la->att, m->B * A * s * s * es);
-    tfb_mempool_add(p, &la->att_d, m->B * A * s * s * es);
+    if (m->wc.fused_attention) { /* no (s, s) tensors: each query row's log-sum-exp instead */
+        tfb_mempool_add(p, (void **)&la->lse, m->B * A * s * 4);
+    } else {
+        tfb_mempool_add(p, &la->att, m->B * A * s * s * es);
+        tfb_mempool_add(p, &la->att_d, m->B * A * s * s * es);
+    }
     tfb_mempool_add(p, &la->u, N * F * es);
     tfb_mempool_add(p, &la->g, N * F * es);
     if (m->wc.gemm_type == TFB_F32) return;
@@ -307,8 +311,9 @@ static void plan_shared(tfb_mempool *p, bert_model *m) {
     if (m->wc.gemm_type == TFB_F32) { /* 16-bit runs keep these gradients in the 16-bit slots (plan_lowp) */
         tfb_mempool_add(p, (void **)&m->s.dqkv, N * 3 * W * 4);
         tfb_mempool_add(p, (void **)&m->s.dff, N * (size_t)m->ctx.ffn * 4);
-        tfb_mempool_add(p, (void **)&m->s.datt, B * A * s * s * 4);
+        if (!m->wc.fused_attention) tfb_mempool_add(p, (void **)&m->s.datt, B * A * s * s * 4);
     }
+    if (m->wc.fused_attention) tfb_mempool_add(p, (void **)&m->s.rowdot, B * A * s * 4);
     size_t es = tfb_dtype_size(m->wc.gemm_type);
     if (m->st.l1 > m->st.l0) tfb_mempool_add(p, &m->ctx.qkv, N * 3 * W * es); /* every layer's QKV projection */
     if (m->wc.checkpointing && m->st.l1 > m->st.l0) plan_layer_acts(p, m, &m->rc);
@@ -317,7 +322,8 @@ static void plan_shared(tfb_mempool *p, bert_model *m) {
 /* Low-precision copies: the 16-bit weight pool and three activation slots, only for FP16/BF16 runs. */
 static void plan_lowp(tfb_mempool *p, bert_model *m) {
     if (m->wc.gemm_type == TFB_F32) return;
-    size_t slot = bert_layer_lp_elems(m->B, m->wc.seq_len, m->cfg.hidden, m->cfg.heads, m->cfg.ffn);
+    size_t slot = bert_layer_lp_elems(m->B, m->wc.seq_len, m->cfg.hidden, m->cfg.heads, m->cfg.ffn,
+                                      m->wc.fused_attention);
     size_t logits = (size_t)m->M * m->st.Vl;
     m->ctx.lp_elems = slot > logits ? slot : logits;
     tfb_mempool_add(p, (void **)&m->wl.lowp_pool, m->wl.numel * 2);
@@ -871,7 +877,7 @@ static void init_ctx(bert_model *m) {
                         .hidden = c->hidden, .heads = c->heads / T, .ffn = c->ffn / T,
                         .head_dim = c->hidden / c->heads, .heads_total = c->heads, .tp_rank = m->st.t,
                         .tp = m->wc.tp, .wl = &m->wl, .dropout = m->wc.dropout, .seed = m->wc.seed,
-                        .sample0 = (uint64_t)m->wc.sample0};
+                        .sample0 = (uint64_t)m->wc.sample0, .fused_attention = m->wc.fused_attention};
 }
 
 tfb_status bert_create(const bert_config *c, const tfb_workload_config *wc, tfb_backend *be, tfb_workload **out) {

@@ -8,7 +8,10 @@
  * probabilities and their dropout come from one row pass (attn_softmax_fwd,
  * scale and key mask inside), and their gradient from one (attn_softmax_bwd). The scores and the probabilities
  * saved for that backward are in the GEMM type (PyTorch's autocast keeps FP32 probabilities; here the row's
- * arithmetic is FP32 and only the stored values are rounded).
+ * arithmetic is FP32 and only the stored values are rounded). With ctx->fused_attention the scores' GEMM, the
+ * softmax and the context's GEMM are one backend op (attn_fused_fwd, and attn_fused_bwd for the four backward
+ * GEMMs and the softmax's backward) that writes no (s, s) tensor: the layer saves each query row's log-sum-exp
+ * instead of att and att_d, with the same dropout counters.
  *
  * Every activation a GEMM reads is made once, in the GEMM type, by the op that produces it where the op can write
  * that type (the permute to heads, the attention softmax, GELU, the LayerNorm giving x1 and, for the next layer,
@@ -33,10 +36,10 @@
 
 enum { SITE_ATT = 0, SITE_ATTN_OUT = 1, SITE_FFN_OUT = 2 };
 
-size_t bert_layer_lp_elems(int batch, int seq, int hidden, int heads, int ffn) {
+size_t bert_layer_lp_elems(int batch, int seq, int hidden, int heads, int ffn, int fused_attention) {
     size_t n = (size_t)batch * seq;
     size_t m = n * (size_t)(ffn > 3 * hidden ? ffn : 3 * hidden);
-    size_t att = (size_t)batch * heads * seq * seq;
+    size_t att = fused_attention ? 0 : (size_t)batch * heads * seq * seq;
     return m > att ? m : att;
 }
 
@@ -287,13 +290,30 @@ static tfb_status qkv_heads(const bert_ctx *c, const heads_view *h, const void *
     return TFB_OK;
 }
 
+/* The fused attention op of this layer: the unfused path's shapes, mask and dropout counters (attention_softmax's
+ * elem0 for local sample 0, the rank's first head), the context token-major in the GEMM type. */
+static tfb_attn_desc fused_of(const bert_ctx *c, int layer, const bert_layer_acts *a) {
+    heads_view h = heads_of(c);
+    int At = c->heads_total ? c->heads_total : h.A;
+    uint64_t elem0 = (c->sample0 * (uint64_t)At + (uint64_t)c->tp_rank * h.A) * h.s * h.s;
+    return (tfb_attn_desc){.qkv = a->qkv_hm, .ctx = a->ctx, .ldc = h.W, .lse = a->lse, .key_len = c->key_len,
+                           .batch = c->batch, .heads = h.A, .heads_total = At, .seq = h.s, .head_dim = h.d,
+                           .type = c->gemm_type, .scale = 1.0f / sqrtf((float)h.d), .p = c->dropout,
+                           .key = bert_dropout_key(c, site_of(layer, SITE_ATT), elem0)};
+}
+
 /* ctx (N, Hl) = Dropout(softmax(Q K^T * scale)) V for every sample and head, Q, K, V being qkv + qkv_b; saves
- * qkv_hm, att, att_d and ctx. The context's GEMM writes it token-major, in the GEMM type. */
+ * qkv_hm, att, att_d and ctx (fused: qkv_hm, lse and ctx). The context's GEMM writes it token-major, in the GEMM
+ * type. */
 static tfb_status attention_fwd(const bert_ctx *c, int layer, const void *qkv, const float *qkv_b,
                                 bert_layer_acts *a) {
     heads_view h = heads_of(c);
     int s = h.s, d = h.d;
     TFB_CHECK(qkv_heads(c, &h, qkv, qkv_b, a->qkv_hm));
+    if (c->fused_attention) {
+        tfb_attn_desc fd = fused_of(c, layer, a);
+        return c->be->attn_fused_fwd(c->be->ctx, &fd);
+    }
     TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, hm_block(c, &h, a->qkv_hm, 0), hm_block(c, &h, a->qkv_hm, 1),
                          scores_of(&h, a->att)));
     TFB_CHECK(attention_softmax(c, layer, a, NULL));
@@ -349,6 +369,12 @@ static tfb_status attention_bwd(const bert_ctx *c, int layer, const bert_layer_a
                                 const bert_layer_scratch *sc, void *dqkv) {
     heads_view h = heads_of(c);
     int s = h.s, d = h.d, W3 = 3 * h.W;
+    if (c->fused_attention) {
+        tfb_attn_desc fd = fused_of(c, layer, a);
+        tfb_attn_grads g = {.dctx = dctx, .dq = dqkv, .dk = at_out(c, dqkv, (size_t)h.W),
+                            .dv = at_out(c, dqkv, 2 * (size_t)h.W), .ldd = W3, .rowdot = sc->rowdot};
+        return c->be->attn_fused_bwd(c->be->ctx, &fd, &g);
+    }
     void *datt = c->gemm_type == TFB_F32 ? (void *)sc->datt : c->lp[1];
     head_operand dc = tokens_of(&h, dctx, h.W), q = hm_block(c, &h, a->qkv_hm, 0), k = hm_block(c, &h, a->qkv_hm, 1);
     TFB_CHECK(heads_gemm(c, &h, 0, 1, s, s, d, dc, hm_block(c, &h, a->qkv_hm, 2), scores_of(&h, datt)));

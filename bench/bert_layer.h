@@ -1,7 +1,7 @@
 /* bert_layer.h — one post-LN transformer encoder layer, forward and backward, on the backend interface; and the
  * linear-layer helpers the BERT heads reuse.
  *
- *   qkv = x Wqkv^T + b;  ctx = Dropout(softmax(Q K^T / sqrt(d) + mask)) V  (per head);
+ *   qkv = x Wqkv^T + b;  ctx = Dropout(softmax(Q K^T / sqrt(d) + mask)) V  (per head; unfused, or one fused op);
  *   h1 = x + Dropout(ctx Wo^T + bo);  x1 = LN1(h1);
  *   h2 = x1 + Dropout(GELU(x1 W1^T + b1) W2^T + b2);  y = LN2(h2).
  * Mixed precision: every GEMM operand is in ctx->gemm_type (weights from the 16-bit copy kept in step with the FP32
@@ -51,6 +51,7 @@ typedef struct {
     int step;
     uint64_t sample0;        /* global index of local sample 0: dropout counters are global */
     const int *key_len;      /* (batch) valid keys per sample, or NULL for none masked */
+    int fused_attention;     /* attention through the backend's fused op (attn_fused_fwd/bwd): no (s, s) tensors */
     void *qkv;               /* (N, 3 heads head_dim) the QKV projection in the GEMM type, before its bias: read
                               * only by the permute to heads, so one buffer serves every layer */
     void *lp[3];             /* (lp_elems) 16-bit scratch for gradient operands; unused in FP32 */
@@ -79,8 +80,9 @@ typedef struct {
 typedef struct {
     void *x_lp;      /* (N, H) the layer input in the GEMM type; NULL in FP32 runs (the input itself) */
     void *qkv_hm;    /* (3, batch, A, s, d) head-major Q, K, V in the GEMM type, A: this rank's heads */
-    void *att;       /* (batch, A, s, s) the scores, then the softmax output, in the GEMM type */
-    void *att_d;     /* (batch, A, s, s) after attention dropout, in the GEMM type */
+    void *att;       /* (batch, A, s, s) the scores, then the softmax output, in the GEMM type; unfused only */
+    void *att_d;     /* (batch, A, s, s) after attention dropout, in the GEMM type; unfused only */
+    float *lse;      /* (batch, A, s) each query row's log-sum-exp of its scores; fused attention only */
     void *ctx;       /* (N, Hl) attention context, heads concatenated, in the GEMM type */
     float *h1;       /* (N, H) LN1 input */
     float *ln1_mean; /* (N) */
@@ -101,12 +103,14 @@ typedef struct {
 typedef struct {
     float *t1, *t2;  /* (N, H) each */
     float *dqkv;     /* (N, 3Hl); FP32 runs only (16-bit runs write it in the GEMM type into ctx->lp[0]) */
-    float *datt;     /* (batch, A, s, s); FP32 runs only (16-bit runs: ctx->lp[1]) */
+    float *datt;     /* (batch, A, s, s); unfused FP32 runs only (16-bit runs: ctx->lp[1]) */
     float *dff;      /* (N, Fl); FP32 runs only (16-bit runs: ctx->lp[1]) */
+    float *rowdot;   /* (batch, A, s); fused attention only: its backward's row sums of dctx * ctx */
 } bert_layer_scratch;
 
-/* Elements of each scratch slot lp[i] the layer needs (the largest activation operand); heads and ffn local. */
-size_t bert_layer_lp_elems(int batch, int seq, int hidden, int heads, int ffn);
+/* Elements of each scratch slot lp[i] the layer needs (the largest activation operand); heads and ffn local. Fused
+ * attention makes no (batch, heads, seq, seq) gradient. */
+size_t bert_layer_lp_elems(int batch, int seq, int hidden, int heads, int ffn, int fused_attention);
 /* Width of this rank's heads (Hl). */
 int bert_ctx_local_width(const bert_ctx *c);
 /* Backward of a column-parallel linear layer: din (n, in_f) summed over the group (started before the weight

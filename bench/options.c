@@ -28,6 +28,7 @@ static const opt_spec OPTS[] = {
     {"--image-size", OPT_INT0, F(image_size), "0", 0, 4096, "ResNet input height and width, >= 32 (0: 224, 32 for resnet-tiny)"},
     {"--sync-bn", OPT_FLAG, F(sync_bn), "0", 0, 0, "ResNet: batch-norm statistics over all data-parallel ranks"},
     {"--conv-layout", OPT_STR, F(conv_layout), "auto", 0, 0, "ResNet activations: auto|nchw|nhwc (auto: nhwc for fp16 and bf16 on a GPU, where cuDNN's tensor-core convolutions want channels last; nchw otherwise)"},
+    {"--attention", OPT_STR, F(attention), "unfused", 0, 0, "BERT attention: unfused (GEMMs and a softmax pass, the (s, s) probabilities in memory) or fused (one op per sample and head, recomputing them in backward; on a GPU FP16/BF16, head width 64, --seq-len a multiple of 64)"},
     {"--checkpointing", OPT_FLAG, F(checkpointing), "0", 0, 0, "activation checkpointing: keep each transformer layer's (ResNet block's) input, recompute it in backward"},
     {"--masked", OPT_INT0, F(masked), "0", 0, 512, "masked predictions per sequence (0: 20 per 128 tokens)"},
     {"--steps", OPT_INT, F(steps), "50", 1, 1 << 30, "timed steps per trial"},
@@ -134,7 +135,8 @@ static tfb_status check_options(tfb_options *o, char *err, size_t n) {
                              *const prog[] = {"auto", "on", "off", NULL},
                              *const fmt[] = {"table", "csv", NULL},
                              *const bind[] = {"auto", "gpu", "core", "numa", "none", NULL},
-                             *const conv_layout[] = {"auto", "nchw", "nhwc", NULL};
+                             *const conv_layout[] = {"auto", "nchw", "nhwc", NULL},
+                             *const attention[] = {"unfused", "fused", NULL};
     o->resnet = resnet_config_find(o->model) != NULL;
     if (!bert_config_find(o->model) && !o->resnet) {
         snprintf(err, n, "--model: unknown model '%s' (known: %s, %s)", o->model, bert_config_names(),
@@ -163,6 +165,12 @@ static tfb_status check_options(tfb_options *o, char *err, size_t n) {
         return TFB_ERR_ARG;
     }
     o->act_layout = strcmp(o->conv_layout, "nhwc") == 0 ? TFB_NHWC : TFB_NCHW;
+    TFB_TRY(check_choice("--attention", o->attention, attention, err, n));
+    o->fused_attention = strcmp(o->attention, "fused") == 0;
+    if (o->resnet && o->fused_attention) {
+        snprintf(err, n, "--attention: applies to BERT models, not %s", o->model);
+        return TFB_ERR_ARG;
+    }
     o->gemm_type = strcmp(o->precision, "fp16") == 0 ? TFB_F16 : strcmp(o->precision, "bf16") == 0 ? TFB_BF16 : TFB_F32;
     o->tf32 = strcmp(o->precision, "tf32") == 0;
     o->strong = strcmp(o->scaling, "strong") == 0;

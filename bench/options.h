@@ -22,6 +22,8 @@ typedef struct {
     char conv_layout[8];     /* auto, nchw, nhwc */
     tfb_layout act_layout;   /* ResNet activations: --conv-layout, auto resolved once the backend is known */
     int checkpointing;       /* recompute each layer (block) in backward from its saved input */
+    char attention[8];       /* BERT: unfused, fused */
+    int fused_attention;     /* --attention fused */
     char parallel[16];       /* compare (every strategy at every scale), data, tensor, pipeline */
     int dp, tp, pp;          /* an explicit hybrid layout (0: not given) */
     int microbatches;        /* 0: 4 on pipelines (fewer when the batch does not divide), else 1 */

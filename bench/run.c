@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "run.h"
+#include "bert.h"
 #include "catalog.h"
 #include "job_backend.h"
 #include "comm.h"
@@ -292,6 +293,21 @@ static tfb_status open_backend(run_ctx *r, int threads) {
     return tfb_job_backend_open(&spec, "tfbench", &r->world, &r->be);
 }
 
+/* --attention fused where the backend has no fused op for the model's head width, sequence length and precision is
+ * bad input, decided alike on every rank. */
+static tfb_status check_fused_attention(const run_ctx *r) {
+    const bert_config *c = r->o.fused_attention ? bert_config_find(r->o.model) : NULL;
+    if (!c) return TFB_OK;
+    tfb_attn_desc d = {.batch = 1, .heads = c->heads, .heads_total = c->heads, .seq = r->o.seq_len,
+                       .head_dim = c->hidden / c->heads, .ldc = c->hidden, .type = r->o.gemm_type};
+    if (r->be->attn_fused_supports && r->be->attn_fused_supports(r->be->ctx, &d)) return TFB_OK;
+    if (r->world->rank == 0)
+        fprintf(stderr, "tfbench: --attention fused: the %s backend has no fused attention for %s at head width %d "
+                "and sequence length %d (on a GPU it needs fp16 or bf16, head width 64 and a --seq-len that is a "
+                "multiple of 64)\n", r->be->name, r->o.precision, d.head_dim, d.seq);
+    return TFB_ERR_ARG;
+}
+
 static tfb_status run_job(run_ctx *r) {
     int threads = 1;
     TFB_CHECK(place_rank(r, &threads));
@@ -299,6 +315,7 @@ static tfb_status run_job(run_ctx *r) {
     TFB_TRY(open_backend(r, threads));
     tfb_log_device = r->be->name;
     tfb_options_resolve_backend(&r->o, r->be->name);
+    TFB_TRY(check_fused_attention(r));
     if (tfb_watchdog_start(r->world->rank, r->o.timeout) != 0) return TFB_ERR_NOMEM;
     time_t now = time(NULL);
     strftime(r->started_at, sizeof r->started_at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));

@@ -107,7 +107,8 @@ tfb_workload_config tfb_strategy_workload_config(const tfb_options *o, const tfb
                                  .sample0 = replica * dp_rank, .seq_len = o->seq_len, .masked = o->masked,
                                  .gemm_type = o->gemm_type, .tf32 = o->tf32, .dropout = (float)o->dropout, .seed = (uint64_t)o->seed,
                                  .fixed_batch = o->fixed_batch, .image_size = o->image_size,
-                                 .sync_bn = o->sync_bn, .layout = o->act_layout, .checkpointing = o->checkpointing, .dp_size = s->dp, .pp_size = s->pp, .pp_rank = pp_rank,
+                                 .sync_bn = o->sync_bn, .layout = o->act_layout, .checkpointing = o->checkpointing,
+                                 .fused_attention = o->fused_attention, .dp_size = s->dp, .pp_size = s->pp, .pp_rank = pp_rank,
                                  .slots = slots};
 }
 

@@ -745,6 +745,7 @@ static void fill_results(train_ctx *t) {
     c->image_size = t->env->o->resnet ? t->env->o->image_size : 0;
     c->sync_bn = t->env->o->sync_bn;
     c->conv_layout = t->env->o->act_layout == TFB_NHWC ? "nhwc" : "nchw";
+    c->attention = t->env->o->fused_attention ? "fused" : "unfused";
     free(c->conv_algorithms);
     c->conv_algorithms = conv_algorithms_text(t->env->be);
     c->params = t->wl->model_params;

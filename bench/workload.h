@@ -80,6 +80,7 @@ typedef struct {
     int time_units;          /* measure each unit's forward + backward time into tfb_workload.unit_s */
     int plan_only;           /* plan the pools and fill tfb_workload.mem; allocate and initialise nothing */
     int checkpointing;       /* keep only each layer's (block's) input; recompute the layer in backward */
+    int fused_attention;     /* BERT: attention through the backend's fused op, no (s, s) tensors */
 } tfb_workload_config;
 
 typedef struct tfb_workload tfb_workload;

@@ -145,6 +145,36 @@ typedef struct {
     tfb_dropout_key key;
 } tfb_attn_softmax_desc;
 
+/* Attention in one pass over each (sample, head), with no (s, s) scores or probabilities in memory (the "flash
+ * attention" scheme): forward ctx = Dropout(softmax(scale Q K^T, key mask)) V per sample and head, saving each
+ * query row's log-sum-exp; the backward recomputes the probabilities from it. The row's arithmetic is FP32: the
+ * scores are never rounded, and only the dropped-out probabilities are rounded to `type` where they meet V (the
+ * unfused path rounds the scores and the probabilities too). Probability (b, h, i, j) uses dropout counter
+ * key.offset + ((b heads_total + h) s + i) s + j, key.offset being that of (local sample 0, local head 0), so a
+ * rank holding some of the heads draws the masks of the whole layer. */
+typedef struct {
+    const void *qkv;        /* (3, batch, heads, seq, head_dim) head-major Q, K, V in type, their biases added */
+    void *ctx;              /* (batch seq, ldc) token-major, in type: head h of sample b in columns h head_dim ..
+                             * (h + 1) head_dim - 1 of rows b seq .. (b + 1) seq - 1; the forward writes it */
+    int ldc;
+    float *lse;             /* (batch, heads, seq): each query row's log-sum-exp of its scaled, masked scores */
+    const int *key_len;     /* (batch) keys each sample's queries see (1 .. seq), or NULL: all of them */
+    int batch, heads, heads_total, seq, head_dim;
+    tfb_dtype type;         /* FP32, FP16 or BF16 */
+    float scale;
+    float p;                /* dropout probability */
+    tfb_dropout_key key;
+} tfb_attn_desc;
+
+/* The gradients of tfb_attn_desc's attention, all token-major like its ctx, in its type. */
+typedef struct {
+    const void *dctx;       /* (batch seq, ldc) the context's gradient */
+    void *dq, *dk, *dv;     /* (batch seq, ldd) each: written in the columns of their heads (the QKV projection's
+                             * gradient holds them W columns apart); the other columns are left alone */
+    int ldd;
+    float *rowdot;          /* (batch, heads, seq) scratch: each row's sum of dctx * ctx, as stored */
+} tfb_attn_grads;
+
 /* An activation's backward with its bias gradient, one pass: din = dout * act'(pre + bias) and dbias += the column
  * sums of din as computed in FP32 (before din is rounded to din_type). */
 typedef struct {
@@ -252,6 +282,15 @@ struct tfb_backend {
      * din may alias datt_d when of datt_type. */
     tfb_status (*attn_softmax_bwd)(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype din_type,
                                    void *datt_d, tfb_dtype datt_type);
+    /* Fused attention (tfb_attn_desc): whether this backend has it for d's type and shapes (1) or not (0; the
+     * caller then takes the unfused ops). The CPU backend has it for every type and shape, as the reference. */
+    int (*attn_fused_supports)(void *ctx, const tfb_attn_desc *d);
+    /* Forward: d->ctx and d->lse from d->qkv. */
+    tfb_status (*attn_fused_fwd)(void *ctx, const tfb_attn_desc *d);
+    /* Backward from g->dctx through d's qkv, ctx and lse (as the forward left them): dS = P (f dP_d - rowdot) with
+     * dP_d = dctx V^T in FP32 and f the dropout factor, rounded to the type as an operand; dQ = scale dS K,
+     * dK = scale dS^T Q, dV = (f P)^T dctx, each rounded once. */
+    tfb_status (*attn_fused_bwd)(void *ctx, const tfb_attn_desc *d, const tfb_attn_grads *g);
 
     /* out (n) = act(in) */
     tfb_status (*act_fwd)(void *ctx, tfb_act act, float *out, const float *in, size_t n);

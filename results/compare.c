@@ -13,7 +13,8 @@
 static const char *const KEY_FIELDS[] = {"model", "precision", "strategy", "scaling", "ranks", "data_parallel_size",
                                          "tensor_parallel_size", "pipeline_parallel_size", "microbatches",
                                          "pipeline_schedule", "global_batch", "batch_per_rank", "seq_len",
-                                         "masked_per_sequence", "image_size", "sync_bn", "conv_layout", NULL};
+                                         "masked_per_sequence", "attention", "image_size", "sync_bn", "conv_layout",
+                                         NULL};
 /* The fields that name a configuration within a file. */
 static const char *const LAYOUT_FIELDS[] = {"strategy", "ranks", "data_parallel_size", "tensor_parallel_size",
                                             "pipeline_parallel_size", NULL};

@@ -39,6 +39,7 @@ typedef struct {
     char shape[96];              /* the workload's input shape in words */
     int image_size, sync_bn;     /* ResNet (image_size 0 for BERT) */
     const char *conv_layout;     /* ResNet: "nchw" or "nhwc" (static text) */
+    const char *attention;       /* BERT: "unfused" or "fused" (static text) */
     uint64_t seed;
     size_t params;
     double flops_per_sample;

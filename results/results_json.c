@@ -101,6 +101,7 @@ static cJSON *config_json(const tfb_run_record *r) {
     } else {
         cJSON_AddNumberToObject(c, "seq_len", r->seq_len);
         cJSON_AddNumberToObject(c, "masked_per_sequence", r->masked);
+        if (r->attention) cJSON_AddStringToObject(c, "attention", r->attention);
     }
     cJSON_AddBoolToObject(c, "checkpointing", r->checkpointing);
     cJSON_AddNumberToObject(c, "warmup_steps", r->warmup);

@@ -11,7 +11,8 @@
  * The p16 rows time attention's softmax on 16-bit scores, probabilities and gradient against the FP32 ones, and
  * the x16 and dx16 rows a sublayer tail reading the projection's 16-bit result and writing its 16-bit gradient
  * against FP32 (and a cast). The grouped rows time attention's GEMMs reading and writing token-major tensors
- * (GEMMs grouped by sample) against head-major ones with the permutes between.
+ * (GEMMs grouped by sample) against head-major ones with the permutes between. The last two, on a GPU, time the
+ * fused attention (attn_fused_fwd/bwd) against the layer's unfused 16-bit sequence of GEMMs and softmax passes.
  * It does not check values: tests/test_ops (CPU) and tests/gpu_check (device against CPU) do.
  * usage: bench_fused [cpu|cuda] [BATCH] [fp16|bf16]   (defaults: cuda 32 fp16)
  */
@@ -42,6 +43,7 @@ typedef struct {
     void *dpre16;                            /* (n, FFN) in t */
     void *x16, *w1_16, *wqkv16;              /* (n, HIDDEN), (FFN, HIDDEN), (3 HIDDEN, HIDDEN) in t: GEMM operands */
     void *u16, *g16, *qkv16;                 /* (n, FFN), (n, FFN), (n, 3 HIDDEN) in t: GEMM results, GELU output */
+    float *lse, *rowdot;                     /* (batch, HEADS, SEQ): fused attention's row statistics */
 } bf;
 
 typedef tfb_status (*bf_fn)(bf *b);
@@ -285,6 +287,34 @@ static tfb_status att_bwd_heads(bf *b) {
     return from_hm(b, b->qkv16, HIDDEN, 3 * HIDDEN, out.p);
 }
 
+/* fused attention (one op, no (s, s) tensors) against the layer's unfused 16-bit sequence: forward, the scores'
+ * GEMM, softmax + dropout in place and P V into tokens; backward, the softmax's backward and the four GEMMs */
+static tfb_attn_desc fused_desc(const bf *b) {
+    return (tfb_attn_desc){.qkv = b->heads16, .ctx = b->y16, .ldc = HIDDEN, .lse = b->lse, .batch = b->batch,
+                           .heads = HEADS, .heads_total = HEADS, .seq = SEQ, .head_dim = HD, .type = b->t,
+                           .scale = 0.125f, .p = P, .key = KEY};
+}
+static tfb_status attn_fused_fwd(bf *b) {
+    tfb_attn_desc d = fused_desc(b);
+    return b->be->attn_fused_fwd(b->be->ctx, &d);
+}
+static tfb_status attn_unfused_fwd(bf *b) {
+    TFB_CHECK(att_gemm(b, 0, 1, SEQ, SEQ, HD, hm_op(hm_block(b, 0)), hm_op(hm_block(b, 1)), sc_op(b->p16)));
+    TFB_CHECK(attn16_fwd(b));
+    return ctx_tokens(b);
+}
+static tfb_status attn_fused_bwd(bf *b) { /* after attn_fused_fwd has written lse */
+    tfb_attn_desc d = fused_desc(b);
+    size_t es = tfb_dtype_size(b->t);
+    tfb_attn_grads g = {.dctx = b->dy16, .dq = b->qkv16, .dk = (char *)b->qkv16 + HIDDEN * es,
+                        .dv = (char *)b->qkv16 + 2 * HIDDEN * es, .ldd = 3 * HIDDEN, .rowdot = b->rowdot};
+    return b->be->attn_fused_bwd(b->be->ctx, &d, &g);
+}
+static tfb_status attn_unfused_bwd(bf *b) {
+    TFB_CHECK(attn16_bwd(b));
+    return att_bwd_tokens(b);
+}
+
 /* ---- buffers and timing ---- */
 
 /* n floats on the backend, standard normal values from stream `id` */
@@ -320,6 +350,8 @@ static void bf_alloc(bf *b) {
     b->u16 = bf_lp(b, b->nf), b->g16 = bf_lp(b, b->nf), b->qkv16 = bf_lp(b, 3 * b->nh), b->p16 = bf_lp(b, b->na);
     BF_CHECK(b->be->cast(b->be->ctx, b->p16, b->t, b->scores, TFB_F32, b->na));
     b->datt16 = bf_lp(b, b->na);
+    b->lse = bf_normal(b, (size_t)b->batch * HEADS * SEQ, id++);
+    b->rowdot = bf_normal(b, (size_t)b->batch * HEADS * SEQ, id++);
     BF_CHECK(b->be->cast(b->be->ctx, b->datt16, b->t, b->datt0, TFB_F32, b->na));
     float *w = bf_normal(b, (size_t)FFN * HIDDEN, id++); /* GEMM operands of normal values, not zeros */
     BF_CHECK(b->be->cast(b->be->ctx, b->x16, b->t, b->x, TFB_F32, b->nh));
@@ -371,7 +403,13 @@ static const bf_pair PAIRS[] = {
     {"attn P V grouped -> tokens", "P V head-major + permute to tokens", ctx_tokens, ctx_heads, NULL, 0, 2},
     {"attn bwd gemms grouped, tokens", "the 4 gemms head-major + 4 permutes", att_bwd_tokens, att_bwd_heads, NULL,
      0, 2},
+    /* last, GPU backends only: the CPU's fused attention is the plain reference, not a fast path */
+    {"attention fused fwd", "QK^T gemm, attn_softmax_fwd p16, P V -> tokens", attn_fused_fwd, attn_unfused_fwd, NULL,
+     0, 2},
+    {"attention fused bwd", "attn_softmax_bwd p16 + the 4 gemms, tokens", attn_fused_bwd, attn_unfused_bwd, NULL, 0,
+     2},
 };
+enum { FUSED_ATTENTION_ROWS = 2 };
 
 static void bf_row(bf *b, const bf_pair *p) {
     size_t e = p->elems == 0 ? b->nh : p->elems == 1 ? b->nf : p->elems == 2 ? b->na : 3 * b->nh;
@@ -408,7 +446,9 @@ int main(int argc, char **argv) {
            "speedup", "GB/s");
     printf("|--------------------------------|-----------------------------------------------|-----------|-----------|"
            "---------|----------|\n");
-    for (size_t i = 0; i < sizeof PAIRS / sizeof PAIRS[0]; i++) bf_row(&b, &PAIRS[i]);
+    size_t rows = sizeof PAIRS / sizeof PAIRS[0];
+    if (strcmp(b.be->name, "cpu") == 0) rows -= FUSED_ATTENTION_ROWS;
+    for (size_t i = 0; i < rows; i++) bf_row(&b, &PAIRS[i]);
     b.be->destroy(b.be);
     return 0;
 }

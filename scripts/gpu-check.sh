@@ -2,7 +2,8 @@
 # The CUDA backend's checks on a machine with a GPU (`make gpu-check`), in one call of about five minutes:
 #   1. builds for this GPU's architecture (CUDA_ARCHS, default the compute capability nvidia-smi reports);
 #   2. build/tests/gpu_check: every op against the CPU backend on fresh random inputs, outputs poisoned first;
-#   3. whole training steps: bert-tiny and resnet-tiny (NCHW and NHWC, the same layout on both sides; ResNet at
+#   3. whole training steps: bert-tiny (unfused attention, and fused in FP16/BF16: --attention fused, the CPU's
+#      reference op on the CPU side) and resnet-tiny (NCHW and NHWC, the same layout on both sides; ResNet at
 #      lr 0.01, where its random-label trajectory stays smooth), 10 steps on the GPU and on the CPU backend from the
 #      same seed, the per-step losses compared (FP32 1e-5, TF32 5e-3, FP16/BF16 2e-2 relative); each row is
 #      printed as it completes, so a run cut off still shows what it reached; with two or more GPUs
@@ -10,7 +11,8 @@
 #      `tfbench links --device cuda` on two ranks (NCCL collectives on GPU buffers, every result checked); then
 #      whether bert-tiny and resnet-tiny in FP16 repeat their losses bit for bit over two runs (a diagnostic);
 #   4. a short benchmark on one GPU: bert-large (batch 32, sequence 128) and resnet50 (batch 256) in FP32, TF32 and
-#      FP16 (resnet50's FP16 in NHWC, the default on a GPU, and in NCHW beside it), samples/s and MFU, and the allocator's measured peak beside the planned memory (what `tfbench
+#      FP16 (resnet50's FP16 in NHWC, the default on a GPU, and in NCHW beside it; bert-large's FP16 also with
+#      --attention fused), samples/s and MFU, and the allocator's measured peak beside the planned memory (what `tfbench
 #      estimate` predicts): the peak must lie between the plan and the plan plus the 1 GiB the estimate reserves
 #      for cuDNN workspaces and staging, with the median forward, backward and optimizer phases (where a slow step's
 #      time went). When python3 has PyTorch with CUDA, the same step in PyTorch beside it
@@ -26,7 +28,8 @@
 # Ends with one compact table; logs and results files go to $OUT (default build/gpu-check). Exit 0 when every check
 # passed, 1 otherwise, 2 when there is no usable GPU. Needs what `make` needs (MPI, OpenBLAS, cJSON, hwloc, CUDA).
 # GPU_CHECK_DEVICE=cpu runs the whole script with the CPU backend standing in for the GPU (to check the script
-# itself), GPU_CHECK_STEPS the step comparisons' models (default "bert-tiny resnet-tiny:nchw resnet-tiny:nhwc") and
+# itself), GPU_CHECK_STEPS the step comparisons' models (default "bert-tiny bert-tiny:fused resnet-tiny:nchw
+# resnet-tiny:nhwc") and
 # GPU_CHECK_BENCH the benchmark's (default "bert-large resnet50"; none: no benchmark).
 # On a machine without a package registry: DEBS=DIR names the packages `scripts/offline-deps.sh fetch` saved, used
 # when mpicc is missing; cuDNN and NCCL are taken from Python's nvidia-cudnn/nvidia-nccl packages when the toolkit
@@ -100,14 +103,17 @@ steps_rows=()
 status=0
 for layout in "${layouts[@]}"; do
   ranks=${layout% *} par=${layout#* }
-  for model in ${GPU_CHECK_STEPS:-bert-tiny resnet-tiny:nchw resnet-tiny:nhwc}; do # MODEL[:conv layout]
-    name=${model%%:*} extra=()
-    [ "$model" != "$name" ] && extra=(--conv-layout "${model#*:}")
+  for model in ${GPU_CHECK_STEPS:-bert-tiny bert-tiny:fused resnet-tiny:nchw resnet-tiny:nhwc}; do # MODEL[:variant]
+    name=${model%%:*} extra=() precs="fp32 tf32 fp16 bf16"
+    case $model in
+    *:fused) extra=(--attention fused) precs="fp16 bf16" ;; # the CUDA kernels are 16-bit (tensor cores)
+    *:*) extra=(--conv-layout "${model#*:}") ;;
+    esac
     # ResNet at lr 0.01, not its default 0.1: at 0.1 the random-label trajectory turns chaotic after about six
     # steps and amplifies FP32 rounding differences (1e-7) a hundredfold by step ten (seen on an H200)
     [ "$name" = resnet-tiny ] && extra+=(--lr 0.01)
     [ "$par" != data ] && [ "$name" = resnet-tiny ] && continue
-    for prec in fp32 tf32 fp16 bf16; do
+    for prec in $precs; do
         base="$out/steps-${model/:/-}-$prec-$par$ranks"
         RANKS=$ranks run "$dev" "$name" "$prec" 10 0 "$base-cuda.json" --peak-tflops 1 --parallel "$par" "${extra[@]}"
         rc_gpu=$?
@@ -181,12 +187,15 @@ fi
 torch_ok=0
 [ "${GPU_CHECK_TORCH:-1}" != 0 ] && [ "$dev" = cuda ] &&
     python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && torch_ok=1
-torch_rate() { # model batch size precision
-    local script=scripts/torch_bert_step.py t
+rm -f "$out"/torch-*.rate
+torch_rate() { # model batch size precision: measured once per model and precision, then read back
+    local script=scripts/torch_bert_step.py t cache="$out/torch-$1-$4.rate"
     [ $torch_ok = 1 ] && [ -n "$2" ] || return 0
+    [ -s "$cache" ] && { cat "$cache"; return 0; }
     case $1 in resnet*) script=scripts/torch_resnet_step.py ;; esac
     t=$(python3 "$script" "$1" "$2" "$3" 1 20 5 "cuda:$4" 2>"$out/torch-$1-$4.log" | tail -1) || return 0
-    python3 -c "import sys; print(f'{int(sys.argv[1]) / float(sys.argv[2]):.1f}')" "$2" "$t" 2>/dev/null
+    python3 -c "import sys; print(f'{int(sys.argv[1]) / float(sys.argv[2]):.1f}')" "$2" "$t" 2>/dev/null |
+        tee "$cache"
 }
 
 # The goals' shapes (batch, size, options); another model runs at its defaults, without PyTorch beside it.
@@ -204,10 +213,16 @@ bench_models=${GPU_CHECK_BENCH:-bert-large resnet50}
 for model in $bench_models; do
     goal_shape "$model"
     variants="fp32 tf32 fp16"
-    case $model in resnet*) variants="$variants fp16:nchw" ;; esac # FP16 runs NHWC on a GPU; NCHW for comparison
+    case $model in
+    resnet*) variants="$variants fp16:nchw" ;; # FP16 runs NHWC on a GPU; NCHW for comparison
+    bert*) variants="$variants fp16:fused" ;;  # the fused attention kernels beside the unfused default
+    esac
     for variant in $variants; do
         prec=${variant%%:*} extra=()
-        [ "$variant" != "$prec" ] && extra=(--conv-layout "${variant#*:}")
+        case $variant in
+        *:fused) extra=(--attention fused) ;;
+        *:*) extra=(--conv-layout "${variant#*:}") ;;
+        esac
         json="$out/bench-$model-${variant/:/-}.json"
         # shellcheck disable=SC2086
         if run "$dev" "$model" "$prec" 20 5 "$json" --parallel data $shape "${extra[@]}"; then

@@ -512,6 +512,50 @@ static void check_attn_softmax(tfb_dtype t, float p, int cols, uint64_t off) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
 }
 
+/* Fused attention (tfb_attn_desc) in type t on B = 2 samples, A = 3 heads of 5 (the dropout counters of heads 2..4,
+ * as a tensor-group rank holds them), sequences of s with key lengths klen0 and klen1 (a partial key tile, or a
+ * whole tile masked): forward ctx and lse, then backward dQ, dK, dV (into the columns of a token-major QKV
+ * gradient whose other columns keep their values) and the row sums. Each backend's backward reads its own
+ * forward. */
+static void check_attn_fused(tfb_dtype t, int s, int klen0, int klen1, float p) {
+    enum { B = 2, A = 3, D = 64, W = A * D, LDC = W + 8, LDD = 3 * W + 8 };
+    size_t nq = (size_t)3 * B * A * s * D, nc = (size_t)B * s * LDC, nd = (size_t)B * s * LDD, nl = (size_t)B * A * s;
+    int kl[B] = {klen0, klen1};
+    /* the columns outside the heads start small, so the error is scaled by what the op writes */
+    pair qkv = rand_typed(nq, t), ctx = rand_typed_in(nc, t, -1e-3f, 1e-3f), lse = poisoned(nl);
+    pair dctx = rand_typed(nc, t), dqkv = rand_typed_in(nd, t, -1e-3f, 1e-3f), rowdot = poisoned(nl);
+    pair klen = upload(kl, B, 4);
+    pair cw = poisoned(nc), dw = poisoned(nd);
+    tfb_attn_desc d[2];
+    tfb_attn_grads g[2];
+    char name[64];
+    size_t es = tfb_dtype_size(t);
+    for (int b = 0; b < 2; b++) {
+        d[b] = (tfb_attn_desc){.qkv = V(qkv), .ctx = V(ctx), .ldc = LDC, .lse = F(lse), .key_len = I(klen),
+                               .batch = B, .heads = A, .heads_total = 5, .seq = s, .head_dim = D, .type = t,
+                               .scale = 0.125f, .p = p, .key = {.seed = 4, .site = 17, .step = 3,
+                                                                 .offset = (uint64_t)2 * s * s}};
+        g[b] = (tfb_attn_grads){.dctx = V(dctx), .dq = V(dqkv), .dk = (char *)V(dqkv) + W * es,
+                                .dv = (char *)V(dqkv) + 2 * W * es, .ldd = LDD, .rowdot = F(rowdot)};
+        if (!G.be[b]->attn_fused_supports(G.be[b]->ctx, &d[b])) {
+            printf("| %-40s | %-4s | %10s | %7s | %-4s |\n", "attn_fused (not supported)", prec_name(t, 0), "-", "-",
+                   "FAIL");
+            G.checks++, G.failed++;
+            return;
+        }
+    }
+    BOTH(be->attn_fused_fwd(be->ctx, &d[b]));
+    pair fwd[2] = {f32_view(ctx, t, &cw), lse};
+    snprintf(name, sizeof name, "attn_fused_fwd s=%d keys %d,%d p=%g", s, klen0, klen1, p);
+    verdict(name, prec_name(t, 0), TOL_16, fwd, 2);
+    BOTH(be->attn_fused_bwd(be->ctx, &d[b], &g[b]));
+    pair bwd[2] = {f32_view(dqkv, t, &dw), rowdot};
+    snprintf(name, sizeof name, "attn_fused_bwd s=%d keys %d,%d p=%g", s, klen0, klen1, p);
+    verdict(name, prec_name(t, 0), TOL_16, bwd, 2);
+    pair all[] = {qkv, ctx, lse, dctx, dqkv, rowdot, klen, cw, dw};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) release(&all[i]);
+}
+
 /* The BERT layer's form in 16 bits (t): scores and probabilities in t, in place in one buffer, att_d in t; the
  * backward from att_d's gradient in t, din written over it; rows of `cols` columns (the warp kernels, or past 1024
  * the two ops forward and the block-per-row kernel backward). */
@@ -1120,6 +1164,9 @@ static void gc_run_all(void) {
     check_attn_softmax(TFB_F32, 0.1f, 1100, 1);
     check_attn_softmax(TFB_F16, 0.1f, 128, 0);
     check_attn_softmax(TFB_BF16, 0.1f, 384, 5);
+    check_attn_fused(TFB_F16, 128, 128, 37, 0.1f);
+    check_attn_fused(TFB_BF16, 128, 100, 50, 0.1f);
+    check_attn_fused(TFB_F16, 64, 64, 1, 0.0f);
     check_attn_softmax_p16(TFB_F16, 128);
     check_attn_softmax_p16(TFB_BF16, 77);
     check_attn_softmax_p16(TFB_F16, 1100);

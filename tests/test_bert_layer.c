@@ -79,7 +79,8 @@ static int launches(bert_ctx *c, int batch, const bert_layer_w *w, const bert_la
     return ok ? calls : -1;
 }
 
-static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
+/* fused: attention through attn_fused_fwd/bwd (no (s, s) tensors), against the same PyTorch reference. */
+static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag, int fused) {
     size_t N = B * S, total = 0;
     for (int i = 0; i < 12; i++) total += W[i].n;
     float *master = zeros(total), *grads = zeros(total);
@@ -97,17 +98,19 @@ static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
     }
     if (t != TFB_F32) be->cast(be->ctx, lp, t, master, TFB_F32, total);
     int key_len[B] = {8, 5};
-    size_t lpn = bert_layer_lp_elems(B, S, H, A, F);
+    size_t lpn = bert_layer_lp_elems(B, S, H, A, F, fused);
     bert_ctx c = {.be = be, .gemm_type = t, .batch = B, .seq = S, .hidden = H, .heads = A, .ffn = F,
-                  .key_len = key_len, .lp_elems = lpn, .master_base = master, .lp_weights = lp};
+                  .key_len = key_len, .fused_attention = fused, .lp_elems = lpn, .master_base = master,
+                  .lp_weights = lp};
     for (int i = 0; i < 3; i++) c.lp[i] = calloc(lpn, 2);
     c.qkv = zeros(N * 3 * H);
-    bert_layer_acts a = {.qkv_hm = zeros(N * 3 * H), .att = zeros(B * A * S * S),
-                         .att_d = zeros(B * A * S * S), .ctx = zeros(N * H), .h1 = zeros(N * H), .ln1_mean = zeros(N),
+    bert_layer_acts a = {.qkv_hm = zeros(N * 3 * H), .att = fused ? NULL : zeros(B * A * S * S),
+                         .att_d = fused ? NULL : zeros(B * A * S * S), .lse = fused ? zeros(B * A * S) : NULL, .ctx = zeros(N * H), .h1 = zeros(N * H), .ln1_mean = zeros(N),
                          .ln1_rstd = zeros(N), .x1 = zeros(N * H), .u = zeros(N * F), .g = zeros(N * F),
                          .h2 = zeros(N * H), .ln2_mean = zeros(N), .ln2_rstd = zeros(N), .y = zeros(N * H)};
     if (t != TFB_F32) a.x_lp = zeros(N * H), a.x1_lp = zeros(N * H); /* the kept 16-bit casts */
-    bert_layer_scratch s = {zeros(N * H), zeros(N * H), zeros(N * 3 * H), zeros(B * A * S * S), zeros(N * F)};
+    bert_layer_scratch s = {zeros(N * H), zeros(N * H), zeros(N * 3 * H), fused ? NULL : zeros(B * A * S * S),
+                            zeros(N * F), fused ? zeros(B * A * S) : NULL};
     float *x = load("x", N * H), *grad = load("dy", N * H), *y = load("y", N * H), *dx = load("dx", N * H);
     char name[96];
     int ok_f = bert_layer_fwd(&c, 0, &w, x, &a) == TFB_OK;
@@ -134,7 +137,7 @@ static void run(tfb_backend *be, tfb_dtype t, double tol, const char *tag) {
     }
     snprintf(name, sizeof name, "bert_layer_%s_weight_grads_vs_pytorch", tag);
     EXPECT(name, worst < tol, "worst %s rel err %g (tolerance %g)", worst_name, worst, tol);
-    if (t == TFB_F32) { /* attention is one call per op over all (sample, head) pairs, not one per sample */
+    if (t == TFB_F32 && !fused) { /* attention is one call per op over all (sample, head) pairs, not one per sample */
         int one = launches(&c, 1, &w, &dw, x, &a, &s, grad), two = launches(&c, B, &w, &dw, x, &a, &s, grad);
         EXPECT("bert_layer_launches_independent_of_batch", one > 0 && one == two, "batch 1: %d calls, batch %d: %d",
                one, B, two);
@@ -206,9 +209,12 @@ int main(void) {
     tfb_backend *be;
     char why[128];
     if (tfb_backend_open(&(tfb_backend_spec){.name = "cpu", .threads = 2}, &be, why, sizeof why) != TFB_OK) { printf("FAIL backend_open: %s\n", why); return 1; }
-    run(be, TFB_F32, 1e-4, "fp32");
-    run(be, TFB_F16, 5e-3, "fp16"); /* 11-bit significands: ~5e-4 per operand, a few GEMMs deep */
-    run(be, TFB_BF16, 4e-2, "bf16"); /* 8-bit significands: ~4e-3 per operand */
+    run(be, TFB_F32, 1e-4, "fp32", 0);
+    run(be, TFB_F16, 5e-3, "fp16", 0); /* 11-bit significands: ~5e-4 per operand, a few GEMMs deep */
+    run(be, TFB_BF16, 4e-2, "bf16", 0); /* 8-bit significands: ~4e-3 per operand */
+    run(be, TFB_F32, 1e-4, "fp32_fused_attention", 1);
+    run(be, TFB_F16, 5e-3, "fp16_fused_attention", 1);
+    run(be, TFB_BF16, 4e-2, "bf16_fused_attention", 1);
     test_layer_input_chain(be);
     test_batch_made_ahead(be);
     be->destroy(be);

@@ -759,6 +759,132 @@ static void test_gemm_grouped(void) {
     free(x); free(p); free(p0); free(y); free(y0); free(x16); free(p16); free(y16); free(want);
 }
 
+/* ---- fused attention: the unfused ops' values, its backward against differences, heads of a tensor group ---- */
+enum { AB = 2, AA = 2, AS = 8, AD = 4, AW = AA * AD, ALD = AW + 3, AQ = 3 * AB * AA * AS * AD, AC = AB * AS * ALD };
+typedef struct { tfb_attn_desc d; float *qkv, *ctx, *r; } attn_case;
+
+static double attn_loss(void *p) {
+    attn_case *c = p;
+    be->attn_fused_fwd(be->ctx, &c->d);
+    return dot(c->ctx, c->r, AC);
+}
+
+/* The unfused layer's sequence, loops for its GEMMs: scores, attn_softmax_fwd (mask and dropout), P_d V. */
+static void attn_unfused(const attn_case *c, float *ctx) {
+    enum { BLK = AB * AA * AS * AD, NP = AB * AA * AS * AS };
+    float *sc = malloc(NP * 4), *att = malloc(NP * 4), *att_d = malloc(NP * 4);
+    const float *q = c->qkv, *k = q + BLK, *v = k + BLK;
+    for (int bh = 0; bh < AB * AA; bh++)
+        for (int i = 0; i < AS; i++)
+            for (int j = 0; j < AS; j++) {
+                float s = 0;
+                for (int e = 0; e < AD; e++) s += q[(bh * AS + i) * AD + e] * k[(bh * AS + j) * AD + e];
+                sc[(bh * AS + i) * AS + j] = s;
+            }
+    tfb_attn_softmax_desc sd = {.att = att, .att_d = att_d, .in = sc, .key_len = c->d.key_len, .rows = AB * AA * AS,
+                                .cols = AS, .rows_per_key = AA * AS, .scale = c->d.scale, .p = c->d.p,
+                                .key = c->d.key};
+    be->attn_softmax_fwd(be->ctx, &sd);
+    memcpy(ctx, c->ctx, AC * 4);
+    for (int bh = 0; bh < AB * AA; bh++)
+        for (int i = 0; i < AS; i++)
+            for (int e = 0; e < AD; e++) {
+                float o = 0;
+                for (int j = 0; j < AS; j++) o += att_d[(bh * AS + i) * AS + j] * v[(bh * AS + j) * AD + e];
+                ctx[((bh / AA) * AS + i) * ALD + (bh % AA) * AD + e] = o;
+            }
+    free(sc), free(att), free(att_d);
+}
+
+/* The gradients, token-major in dqkv (3 blocks of AW columns, ld ALD3), gathered head-major like qkv. */
+static void attn_gather(const float *dqkv, int ld, float *out) {
+    for (int t = 0; t < 3; t++)
+        for (int b = 0; b < AB; b++)
+            for (int h = 0; h < AA; h++)
+                for (int i = 0; i < AS; i++)
+                    for (int e = 0; e < AD; e++)
+                        out[(((t * AB + b) * AA + h) * AS + i) * AD + e] = dqkv[(b * AS + i) * ld + t * AW + h * AD + e];
+}
+
+static attn_case attn_case_make(const int *klen) {
+    attn_case c = {.qkv = rand_vec(AQ), .ctx = rand_vec(AC), .r = rand_vec(AC)};
+    c.d = (tfb_attn_desc){.qkv = c.qkv, .ctx = c.ctx, .ldc = ALD, .lse = malloc(AB * AA * AS * 4), .key_len = klen,
+                          .batch = AB, .heads = AA, .heads_total = AA, .seq = AS, .head_dim = AD, .scale = 0.6f,
+                          .p = 0.2f, .key = {.seed = 5, .site = 9, .step = 2, .offset = 12}};
+    return c;
+}
+
+static void test_attn_fused(void) {
+    enum { LDD = 3 * AW + 1 };
+    int klen[AB] = {AS, 5};
+    attn_case c = attn_case_make(klen);
+    float *want = malloc(AC * 4), *dqkv = rand_vec(AB * AS * LDD), *g = malloc(AQ * 4), *rowdot = malloc(AB * AA * AS * 4);
+    float *keep = malloc(AC * 4);
+    memcpy(keep, c.ctx, AC * 4);
+    attn_unfused(&c, want);
+    int ok = be->attn_fused_supports(be->ctx, &c.d) && be->attn_fused_fwd(be->ctx, &c.d) == TFB_OK;
+    int dropped = 0, gaps = 1;
+    for (int r = 0; r < AB * AS; r++)
+        for (int j = AW; j < ALD; j++) gaps &= c.ctx[r * ALD + j] == keep[r * ALD + j];
+    EXPECT("attn_fused_fwd_equals_the_unfused_ops", ok && tfb_rel_error(want, c.ctx, AC) < 1e-5 && gaps,
+           "rel err %g, columns outside the heads %s", tfb_rel_error(want, c.ctx, AC), gaps ? "kept" : "written");
+    tfb_attn_desc nod = c.d;
+    nod.p = 0;
+    be->attn_fused_fwd(be->ctx, &nod);
+    for (int i = 0; i < AC; i++) dropped += c.ctx[i] != want[i];
+    EXPECT("attn_fused_dropout_applies", dropped > 0, "p = 0 gives the same context as p = 0.2");
+    be->attn_fused_fwd(be->ctx, &c.d);
+    float *spare = malloc(AB * AS * LDD * 4);
+    memcpy(spare, dqkv, AB * AS * LDD * 4);
+    tfb_attn_grads gr = {.dctx = c.r, .dq = dqkv, .dk = dqkv + AW, .dv = dqkv + 2 * AW, .ldd = LDD, .rowdot = rowdot};
+    ok = be->attn_fused_bwd(be->ctx, &c.d, &gr) == TFB_OK;
+    attn_gather(dqkv, LDD, g);
+    int last = 1;
+    for (int r = 0; r < AB * AS; r++) last &= dqkv[r * LDD + 3 * AW] == spare[r * LDD + 3 * AW];
+    double e = fd_error(c.qkv, AQ, g, attn_loss, &c);
+    EXPECT("attn_fused_bwd_vs_fd", ok && e < FD_TOL && last, "rel err %g, column past dV %s", e, last ? "kept" : "written");
+    free(want), free(dqkv), free(g), free(rowdot), free(keep), free(spare);
+    free(c.qkv), free(c.ctx), free(c.r), free(c.d.lse);
+}
+
+/* A rank of a tensor group holding head 1 of 2 draws head 1's dropout masks: its context columns equal those of
+ * the whole layer's call, bit for bit; and 16-bit operands give the FP32 result of their widened values. */
+static void test_attn_fused_heads(void) {
+    enum { BLK = AB * AA * AS * AD, HB = AB * AS * AD };
+    int klen[AB] = {6, AS};
+    attn_case c = attn_case_make(klen);
+    be->attn_fused_fwd(be->ctx, &c.d);
+    float *one = malloc(3 * HB * 4), *ctx1 = malloc(AB * AS * AD * 4), lse1[AB * AS];
+    for (int t = 0; t < 3; t++)
+        for (int b = 0; b < AB; b++)
+            memcpy(one + (t * AB + b) * AS * AD, c.qkv + t * BLK + (b * AA + 1) * AS * AD, AS * AD * 4);
+    tfb_attn_desc d = c.d;
+    d.qkv = one, d.ctx = ctx1, d.ldc = AD, d.lse = lse1, d.heads = 1, d.key.offset += AS * AS;
+    int same = be->attn_fused_fwd(be->ctx, &d) == TFB_OK;
+    for (int r = 0; r < AB * AS; r++)
+        for (int e = 0; e < AD; e++) same &= ctx1[r * AD + e] == c.ctx[r * ALD + AD + e];
+    EXPECT("attn_fused_head_of_a_group_draws_the_layers_masks", same, "%s", "head 1 alone differs from the whole call");
+    uint16_t *q16 = malloc(AQ * 2), *c16 = calloc(AC, 2);
+    float *wide = malloc(AQ * 4), *got = malloc(AC * 4);
+    be->cast(be->ctx, q16, TFB_BF16, c.qkv, TFB_F32, AQ);
+    be->cast(be->ctx, wide, TFB_F32, q16, TFB_BF16, AQ);
+    d = c.d;
+    d.qkv = wide;
+    be->attn_fused_fwd(be->ctx, &d);
+    d.qkv = q16, d.ctx = c16, d.type = TFB_BF16;
+    be->attn_fused_fwd(be->ctx, &d);
+    be->cast(be->ctx, got, TFB_F32, c16, TFB_BF16, AC);
+    double e = 0, s = 0;
+    for (int r = 0; r < AB * AS; r++)
+        for (int j = 0; j < AW; j++) {
+            e = fmax(e, fabs((double)got[r * ALD + j] - c.ctx[r * ALD + j]));
+            s = fmax(s, fabs((double)c.ctx[r * ALD + j]));
+        }
+    EXPECT("attn_fused_bf16_within_2e-2_of_fp32", e < 2e-2 * s && e > 0, "max err %g of %g", e, s);
+    free(one), free(ctx1), free(q16), free(c16), free(wide), free(got);
+    free(c.qkv), free(c.ctx), free(c.r), free(c.d.lse);
+}
+
 /* ---- timing marks: the CPU backend's are the host clock, in order, and an index past the reserve is an error ---- */
 static void test_marks(void) {
     double a = -1, b = -1, back = 1;
@@ -819,6 +945,8 @@ int main(void) {
     gemm_c16_test(TFB_F16, "gemm_fp16_c_is_the_fp32_c_rounded");
     gemm_c16_test(TFB_BF16, "gemm_bf16_c_is_the_fp32_c_rounded");
     test_gemm_grouped();
+    test_attn_fused();
+    test_attn_fused_heads();
     test_normal_fill();
     be->destroy(be);
     return test_failures ? 1 : 0;

@@ -271,7 +271,8 @@ def emu_vs_cpu(tag, args, ranks, tol):
 def test_cuda_emu_training():
     """Whole training steps with the CUDA backend's kernels (tfbench_emu) match the CPU backend: BERT with dropout
     in FP32, FP16 and BF16, ResNet in both layouts, and on two ranks BERT tensor, pipeline and data parallel (with
-    small gradient buckets) and ResNet data parallel with synchronised batch norm."""
+    small gradient buckets) and ResNet data parallel with synchronised batch norm; BERT with fused attention in FP16,
+    and in BF16 tensor parallel."""
     if not os.path.exists(EMU_BIN):
         print("skip tfbench_emu: not built (no CUDA toolkit headers)")
         return
@@ -288,6 +289,12 @@ def test_cuda_emu_training():
     emu_vs_cpu("resnet_fp32_data2_sync_bn", args + clear_seed("cuda_emu_resnet_fp32_data2", emu_steps(args), 2), 2, 1e-5)
     emu_vs_cpu("bert_fp32_pipeline2", EMU_BERT + ["--precision", "fp32", "--parallel", "pipeline", "--batch", "4"],
                2, 1e-5)
+    # the fused attention kernels (tensor-core fragments emulated) against the CPU's reference op: sequences of 64,
+    # the kernels' tile
+    fused = ["--model", "bert-tiny", "--seq-len", "64", "--batch", "2", "--masked", "6", "--lr", str(EMU_LR),
+             "--attention", "fused"]
+    emu_vs_cpu("bert_fp16_fused_attention", fused + ["--precision", "fp16"], 1, 2e-2)
+    emu_vs_cpu("bert_bf16_fused_attention_tensor2", fused + ["--precision", "bf16", "--parallel", "tensor"], 2, 2e-2)
 
 
 def test_rank_failure():
@@ -397,7 +404,8 @@ def test_fuzz_findings():
 def test_random_argv():
     rng = random.Random(20261202)
     names = ["--model", "--precision", "--batch", "--seq-len", "--masked", "--steps", "--warmup", "--trials", "--scaling",
-             "--bucket-mb", "--dropout", "--lr", "--seed", "--device", "--image-size", "--loss-scale", "--timeout", "--bogus", "--sync-bn", "--fixed-batch"]
+             "--bucket-mb", "--dropout", "--lr", "--seed", "--device", "--image-size", "--loss-scale", "--timeout", "--bogus", "--sync-bn", "--fixed-batch",
+             "--attention"]
     values = ["", "0", "-1", "1", "2", "3.5", "1e309", "nan", "abc", "bert-tiny", "resnet-tiny", "fp16", "strong", "9999999999", "--steps", "=", "x" * 5000]
     bad = []
     for i in range(40):
@@ -841,6 +849,7 @@ BAD = [  # (arguments, the flag the message must name, ranks)
     (["--parallel", "data", "--tp", "2"], "--parallel", 2), (["--schedule", "zigzag"], "--schedule", 1),
     (["--dump", "/tmp", "--seq-len", "16"], "--dump", 2), (["--bind", "socket"], "--bind", 1),
     (["--conv-layout", "hwcn"], "--conv-layout", 1), (["--conv-layout", "nhwc"], "--conv-layout", 1),
+    (["--attention", "flash"], "--attention", 1), (["--model", "resnet-tiny", "--attention", "fused"], "--attention", 1),
 ]
 
 
@@ -972,7 +981,11 @@ def test_parallel_equivalence():
         (2, ["--parallel", "pipeline", "--microbatches", "2", "--balance", "time"]),
         (4, ["--parallel", "pipeline", "--microbatches", "4", "--schedule", "1f1b"]),
         (4, ["--parallel", "pipeline", "--microbatches", "4", "--schedule", "gpipe"]),
-        (4, ["--dp", "2", "--tp", "2"]), (4, ["--tp", "2", "--pp", "2", "--microbatches", "4"])])
+        (4, ["--dp", "2", "--tp", "2"]), (4, ["--tp", "2", "--pp", "2", "--microbatches", "4"]),
+        # fused attention (the CPU backend's reference op) computes what the unfused ops compute, dropout included
+        (1, ["--parallel", "data", "--attention", "fused"]), (2, ["--parallel", "tensor", "--attention", "fused"]),
+        (2, ["--parallel", "tensor", "--checkpointing", "--attention", "fused"]),
+        (4, ["--tp", "2", "--pp", "2", "--microbatches", "4", "--attention", "fused"])])
     mini = ["--model", "bert-mini", "--seq-len", "16", "--batch", "4", "--scaling", "strong", "--steps", "10", "--warmup", "0",
             "--lr", "1e-3", "--peak-tflops", "1"]
     equivalent("bert_mini", mini, reference("bert_mini", mini), [(4, ["--parallel", "tensor"])])
@@ -1141,11 +1154,13 @@ def test_estimate():
     cases = [(["--model", "bert-tiny", "--seq-len", "16", "--batch", "4"], 2),
              (["--model", "resnet-tiny", "--batch", "4"], 2),
              (["--model", "bert-tiny", "--seq-len", "16", "--batch", "8", "--dp", "1", "--tp", "2", "--pp", "2",
-               "--schedule", "gpipe", "--microbatches", "4"], 4)]
+               "--schedule", "gpipe", "--microbatches", "4"], 4),
+             (["--model", "bert-tiny", "--seq-len", "32", "--batch", "4", "--attention", "fused"], 2)]
     for args, ranks in cases:
         for prec in ("fp32", "fp16", "bf16"):
             a = args + ["--precision", prec, "--steps", "2", "--warmup", "0", "--peak-tflops", "1"]
-            tag = f"{args[1]}_{prec}_{ranks}ranks" + ("_hybrid" if "--tp" in args else "")
+            tag = f"{args[1]}_{prec}_{ranks}ranks" + ("_hybrid" if "--tp" in args else "") + \
+                ("_fused_attention" if "--attention" in args else "")
             p, r = tfbench(a, ranks, "est_" + tag)
             confs = [c for c in (r or {}).get("configurations", [r] if r and "config" in r else []) if "config" in c]
             measured = [(c["config"]["strategy"], c["config"]["memory_peak_bytes_per_rank"]) for c in confs]
@@ -1155,6 +1170,9 @@ def test_estimate():
             ok = p.returncode == 0 and e.returncode == 0 and len(measured) == len(predicted) > 0 and all(
                 m[0] == q[0] and m[1] > 0 and abs(q[1] - m[1]) <= 0.05 * m[1] for m, q in zip(measured, predicted))
             check(f"estimate_matches_measured_peak_{tag}", ok, f"measured {measured} predicted {predicted} {e.stderr[-200:]} {p.stderr[-200:]}")
+            if "--attention" in args:
+                att = [c["config"].get("attention") for c in confs]
+                check(f"results_record_fused_attention_{prec}", att and set(att) == {"fused"}, str(att))
     acts = {}
     for prec in ("fp32", "fp16", "bf16"):
         e = estimate(["--model", "resnet50", "--batch", "64", "--precision", prec, "--format", "csv"])
@@ -1167,6 +1185,15 @@ def test_estimate():
     e = estimate(["--model", "bert-large", "--batch", "32", "--precision", "fp16"])
     check("estimate_bert_large_rules_of_thumb", e.returncode == 0 and "tfbench 18.0 bytes/parameter" in e.stdout and
           "16 bytes/parameter" in e.stdout and "16-bit with masks) 4224.0 MiB" in e.stdout and "H200 SXM" in e.stdout, e.stdout[-800:] + e.stderr)
+    # fused attention saves each layer's probabilities and their dropped-out copy, (32, 16, 128, 128) in 16 bits
+    # each, and keeps a log-sum-exp per query row (32, 16, 128) in FP32: 24 x (32 MiB - 256 KiB) = 762 MiB
+    act = {}
+    for att in ("unfused", "fused"):
+        e = estimate(["--model", "bert-large", "--batch", "32", "--precision", "fp16", "--attention", att, "--format", "csv"])
+        row = dict(zip(*[l.split(",") for l in e.stdout.strip().splitlines()[:2]])) if e.returncode == 0 else {}
+        act[att] = int(row.get("activations_bytes", 0))
+    check("estimate_bert_large_fused_attention_saves_762_mib", act["unfused"] > 0 and
+          act["unfused"] - act["fused"] == 24 * (32 * 2**20 - 2**18), str(act))
     e = estimate(["--model", "bert-base", "--precision", "bf16", "--gpu", "Tesla V100-SXM2-32GB"])
     check("estimate_warns_bf16_on_volta", e.returncode == 0 and "V100 SXM2 32GB: Volta" in e.stdout and "no BF16 tensor cores" in e.stdout,
           e.stdout[-500:] + e.stderr)

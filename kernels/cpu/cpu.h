@@ -1,7 +1,7 @@
 /* cpu.h — internal declarations shared by the CPU backend's files (cpu_backend.c: memory and GEMM; cpu_ops.c:
  * the training ops; cpu_conv.c: convolutional ops; cpu_nhwc.c: their channels-last convolutions and pools;
- * cpu_shard.c: tensor-parallel shard ops). Not part of the public interface: everything else reaches the CPU backend through
- * tfb_backend (kernels/backend.h) after tfb_cpu_backend_create().
+ * cpu_shard.c: tensor-parallel shard ops; cpu_attn.c: fused attention). Not part of the public interface:
+ * everything else reaches the CPU backend through tfb_backend (kernels/backend.h) after tfb_cpu_backend_create().
  */
 #ifndef TFB_CPU_H
 #define TFB_CPU_H
@@ -31,6 +31,7 @@ tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out);
 void tfb_cpu_ops_install(tfb_backend *be);
 void tfb_cpu_conv_install(tfb_backend *be);
 void tfb_cpu_shard_install(tfb_backend *be);
+void tfb_cpu_attn_install(tfb_backend *be);
 /* cpu_nhwc.c: channels-last convolutions on FP32 operands (x (n, h, w, c), w (k, r, s, c), y (n, p, q, k)) and
  * pools (argmax: index within the image plane), as the backend ops of the same names describe them. */
 tfb_status tfb_cpu_conv_fwd_nhwc(void *ctx, const tfb_conv_desc *d, float *y, const float *x, const float *w);

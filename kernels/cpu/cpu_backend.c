@@ -226,6 +226,7 @@ tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out) {
     tfb_cpu_ops_install(be);
     tfb_cpu_conv_install(be);
     tfb_cpu_shard_install(be);
+    tfb_cpu_attn_install(be);
     *out = be;
     return TFB_OK;
 }

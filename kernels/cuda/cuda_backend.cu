@@ -220,7 +220,7 @@ static tfb_status describe_device(tfb_backend *be, cuda_ctx *c) {
     snprintf(c->name, sizeof c->name, "%s", prop.name);
     be->device_name = c->name;
     be->device_index = c->device;
-    be->device_cc = prop.major * 10 + prop.minor;
+    be->device_cc = c->cc = prop.major * 10 + prop.minor;
     be->device_sms = c->sms = prop.multiProcessorCount;
     be->device_memory_bytes = prop.totalGlobalMem;
     be->device_reserved_bytes = (size_t)1 << 30; /* as `tfbench estimate --reserve` assumes */
@@ -268,6 +268,7 @@ extern "C" tfb_status tfb_cuda_backend_create(int device, tfb_backend **out, cha
     tfb_cuda_ops_install(be);
     tfb_cuda_cnn_install(be);
     tfb_cuda_shard_install(be);
+    tfb_cuda_attn_install(be);
     tfb_status st = cuda_ctx_open(c);
     if (st == TFB_OK) st = describe_device(be, c);
     if (st != TFB_OK) {

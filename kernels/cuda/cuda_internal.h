@@ -1,7 +1,7 @@
 /* cuda_internal.h — declarations shared by the CUDA backend's files (cuda_backend.cu: device, memory, copies and
  * constructor; cuda_gemm.cu: GEMM through cuBLAS; cuda_conv.cu: convolution through cuDNN; cuda_ops.cu: the
- * training ops; cuda_cnn.cu: batch norm and pooling; cuda_shard.cu: tensor-parallel shard ops). Not a public
- * interface.
+ * training ops; cuda_attn.cu: fused attention; cuda_cnn.cu: batch norm and pooling; cuda_shard.cu:
+ * tensor-parallel shard ops). Not a public interface.
  *
  * Every op is queued on the backend's one stream and returns without waiting; sync() waits. Errors are checked
  * with TFB_CHECK_CUDA / _CUBLAS / _CUDNN, which report the failing call, file:line, rank and device through
@@ -15,6 +15,7 @@
 #include <cublas_v2.h>
 #include <cudnn.h>
 #include "cuda.h"
+#include "../dropout.h"
 
 #define TFB_CUDA_THREADS 256
 
@@ -48,6 +49,7 @@ typedef struct {
                                                * launches) */
     void *gemm_ptrs; size_t gemm_ptrs_bytes;  /* (3, batch) matrix addresses of a grouped batched GEMM */
     int sms;                                  /* streaming multiprocessors: how many blocks fill the GPU */
+    int cc;                                   /* compute capability, major * 10 + minor */
     int *flag;                                /* one device int for check_finite */
     tfb_conv_plan *plans; int n_plans, cap_plans;
     void **ptrs; size_t *sizes; int n_allocs, cap_allocs;  /* live allocations, for mem_stats and free */
@@ -152,6 +154,25 @@ __device__ __forceinline__ float tfb_round_elem(int t, float x) {
     return x;
 }
 
+/* Element i (0..7) of a[0..3] then b[0..3], by selects on constant indices: an array indexed by a run-time value
+ * would live in local memory. */
+__device__ __forceinline__ float tfb_pick8(const float a[4], const float b[4], int i) {
+    float lo = i == 0 ? a[0] : i == 1 ? a[1] : i == 2 ? a[2] : a[3];
+    float hi = i == 4 ? b[0] : i == 5 ? b[1] : i == 6 ? b[2] : b[3];
+    return i < 4 ? lo : hi;
+}
+
+/* Dropout factors of the four elements at global counters i0 .. i0 + 3 (as tfb_dropout_factors gives them): one
+ * Philox block when i0 starts a group, else the two blocks the run straddles. */
+__device__ __forceinline__ void tfb_dropout_run(tfb_dropout_key k, float p, uint64_t i0, float f[4]) {
+    float a[4], b[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    int sh = (int)(i0 & 3);
+    tfb_dropout_factors(k, p, i0 >> 2, a);
+    if (sh) tfb_dropout_factors(k, p, (i0 >> 2) + 1, b);
+#pragma unroll
+    for (int q = 0; q < 4; q++) f[q] = tfb_pick8(a, b, q + sh);
+}
+
 /* Device memory of at least `bytes` in *buf (grown, never shrunk; counted in mem_stats). */
 tfb_status tfb_cuda_grow(cuda_ctx *c, void **buf, size_t *have, size_t bytes);
 
@@ -167,6 +188,7 @@ void tfb_cuda_conv_install(tfb_backend *be);
 void tfb_cuda_ops_install(tfb_backend *be);
 void tfb_cuda_cnn_install(tfb_backend *be);
 void tfb_cuda_shard_install(tfb_backend *be);
+void tfb_cuda_attn_install(tfb_backend *be);
 void tfb_cuda_plans_free(cuda_ctx *c); /* cuda_conv.cu: the cached convolution plans */
 
 #endif

@@ -637,25 +637,6 @@ static tfb_status cuda_dropout_bwd(void *ctx, float *din, const float *dout, siz
 
 /* ---- attention's softmax with its dropout: one warp per row ---- */
 
-/* Element i (0..7) of a[0..3] then b[0..3], by selects on constant indices: an array indexed by a run-time value
- * would live in local memory. */
-__device__ __forceinline__ float pick8(const float a[4], const float b[4], int i) {
-    float lo = i == 0 ? a[0] : i == 1 ? a[1] : i == 2 ? a[2] : a[3];
-    float hi = i == 4 ? b[0] : i == 5 ? b[1] : i == 6 ? b[2] : b[3];
-    return i < 4 ? lo : hi;
-}
-
-/* Dropout factors of the four elements at global counters i0 .. i0 + 3 (as tfb_dropout_factors gives them): one
- * Philox block when i0 starts a group, else the two blocks the run straddles. */
-__device__ __forceinline__ void attn_factors(tfb_dropout_key k, float p, uint64_t i0, float f[4]) {
-    float a[4], b[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-    int sh = (int)(i0 & 3);
-    tfb_dropout_factors(k, p, i0 >> 2, a);
-    if (sh) tfb_dropout_factors(k, p, (i0 >> 2) + 1, b);
-#pragma unroll
-    for (int q = 0; q < 4; q++) f[q] = pick8(a, b, q + sh);
-}
-
 /* A warp holds its row in registers: lane l takes the runs of four columns starting at 4 (l + 32 c), c < C, so one
  * Philox block serves a run when the row's counters start a group. Rows of up to 128 C columns. */
 template <int C>
@@ -687,7 +668,7 @@ __global__ void k_attn_softmax_fwd(tfb_attn_softmax_desc d) {
         int j0 = 4 * (lane + 32 * c);
         if (j0 >= d.cols) continue;
         float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-        if (d.p > 0.0f) attn_factors(d.key, d.p, d.key.offset + row + j0, f);
+        if (d.p > 0.0f) tfb_dropout_run(d.key, d.p, d.key.offset + row + j0, f);
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             if (j0 + q >= d.cols) continue;
@@ -710,7 +691,7 @@ __global__ void k_attn_softmax_bwd(tfb_attn_softmax_desc d, void *din, int din_t
     for (int c = 0; c < C; c++) {
         int j0 = 4 * (lane + 32 * c);
         float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-        if (d.p > 0.0f && j0 < d.cols) attn_factors(d.key, d.p, d.key.offset + row + j0, f);
+        if (d.p > 0.0f && j0 < d.cols) tfb_dropout_run(d.key, d.p, d.key.offset + row + j0, f);
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             int j = j0 + q;
@@ -738,7 +719,7 @@ __global__ void k_attn_softmax_bwd_wide(tfb_attn_softmax_desc d, void *din, int 
     for (int pass = 0; pass < 2; pass++) {
         for (int j0 = 4 * threadIdx.x; j0 < d.cols; j0 += 4 * blockDim.x) {
             float f[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-            if (d.p > 0.0f) attn_factors(d.key, d.p, d.key.offset + row + j0, f);
+            if (d.p > 0.0f) tfb_dropout_run(d.key, d.p, d.key.offset + row + j0, f);
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 if (j0 + q >= d.cols) break;

@@ -130,6 +130,10 @@ static void fiber_main(void) {
 
 void tfb_emu_sync_block(void) { fiber_yield(F_BARRIER); }
 
+int tfb_emu_lane(void) { return E.cur & 31; }
+
+void tfb_emu_fail(const char *what) { emu_die(what); }
+
 uint64_t tfb_emu_shuffle(unsigned mask, uint64_t bits, int mode, int arg, int width) {
     emu_fiber *f = &E.fibers[E.cur];
     int lane = E.cur & 31, seg = lane & ~(width - 1), src;

@@ -37,6 +37,8 @@
 #define __host__
 #define __shared__ static
 #define __forceinline__ inline
+#undef __launch_bounds__
+#define __launch_bounds__(...)
 
 extern uint3 tfb_emu_thread_idx, tfb_emu_block_idx;
 extern dim3 tfb_emu_block_dim, tfb_emu_grid_dim;
@@ -74,6 +76,83 @@ template <typename T> static inline T tfb_emu_shfl(unsigned mask, T v, int mode,
     return r;
 }
 #define __syncthreads() tfb_emu_sync_block()
+/* __syncwarp: a shuffle every lane of the warp must reach, moving nothing */
+#define __syncwarp(...) ((void)tfb_emu_shuffle(0xffffffffu, 0, 0, 0, 32))
+/* The running thread's lane, and a misuse the emulator reports and aborts on. */
+int tfb_emu_lane(void);
+void tfb_emu_fail(const char *what);
+
+/* Tensor-core fragments (mma.h's nvcuda::wmma, the 16x16x16 shapes): every lane holds the whole tile, row-major, so
+ * loads are each lane's own; an accumulator's element e belongs to lane e % 32, which alone computes it in a product
+ * and writes it in a store, as a warp's lanes share a tile's elements on a GPU, so reading another lane's elements
+ * before a __syncwarp (or __syncthreads) reads what was there before. A pointer not 32-byte aligned or a leading
+ * dimension not a multiple of 16 bytes, which the GPU does not allow, aborts. Products accumulate in FP32 in k
+ * order. */
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+    enum { rows = std::is_same<Use, matrix_b>::value ? K : M, cols = std::is_same<Use, matrix_a>::value ? K : N };
+    enum { num_elements = rows * cols };
+    T x[num_elements];
+};
+static inline float emu_wide(float v) { return v; }
+static inline float emu_wide(__half v) { return __half2float(v); }
+static inline float emu_wide(__nv_bfloat16 v) { return __bfloat162float(v); }
+static inline void emu_operand(const void *p, unsigned ldm, size_t esz) {
+    if ((uintptr_t)p % 32 != 0) tfb_emu_fail("wmma: a pointer not aligned to 32 bytes");
+    if (ldm * esz % 16 != 0) tfb_emu_fail("wmma: a leading dimension not a multiple of 16 bytes");
+}
+/* the tile (r, c) of a row-major (col: column-major) matrix at p, ldm elements apart */
+template <typename F, typename T> static inline void emu_load(F &f, const T *p, unsigned ldm, bool col) {
+    emu_operand(p, ldm, sizeof(T));
+    for (int r = 0; r < F::rows; r++)
+        for (int c = 0; c < F::cols; c++) f.x[r * F::cols + c] = col ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
+}
+template <typename Use, int M, int N, int K, typename T>
+static inline void load_matrix_sync(fragment<Use, M, N, K, T, row_major> &f, const T *p, unsigned ldm) {
+    emu_load(f, p, ldm, false);
+}
+template <typename Use, int M, int N, int K, typename T>
+static inline void load_matrix_sync(fragment<Use, M, N, K, T, col_major> &f, const T *p, unsigned ldm) {
+    emu_load(f, p, ldm, true);
+}
+template <int M, int N, int K>
+static inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm,
+                                    layout_t l) {
+    emu_load(f, p, ldm, l == mem_col_major);
+}
+template <typename Use, int M, int N, int K, typename T, typename L>
+static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, T v) {
+    for (int e = 0; e < f.num_elements; e++) f.x[e] = v;
+}
+template <int M, int N, int K, typename T, typename LA, typename LB>
+static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+                            const fragment<matrix_b, M, N, K, T, LB> &b,
+                            const fragment<accumulator, M, N, K, float> &c) {
+    for (int e = tfb_emu_lane(); e < M * N; e += 32) { /* the lane's own elements: the only ones it stores */
+        int r = e / N, n = e % N;
+        float s = c.x[e];
+        for (int k = 0; k < K; k++) s += emu_wide(a.x[r * K + k]) * emu_wide(b.x[k * N + n]);
+        d.x[e] = s;
+    }
+}
+template <int M, int N, int K>
+static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm,
+                                     layout_t l) {
+    emu_operand(p, ldm, sizeof(float));
+    for (int e = tfb_emu_lane(); e < M * N; e += 32) {
+        int r = e / N, c = e % N;
+        p[l == mem_col_major ? (size_t)c * ldm + r : (size_t)r * ldm + c] = f.x[e];
+    }
+}
+} // namespace wmma
+} // namespace nvcuda
 #define __shfl_xor_sync(mask, v, ...) tfb_emu_shfl(mask, v, 0, __VA_ARGS__)
 #define __shfl_down_sync(mask, v, ...) tfb_emu_shfl(mask, v, 1, __VA_ARGS__)
 #define __shfl_sync(mask, v, ...) tfb_emu_shfl(mask, v, 2, __VA_ARGS__)
@@ -107,6 +186,7 @@ cudaError_t tfb_emu_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t 
 #define tfb_cuda_ops_install tfb_emu_ops_install
 #define tfb_cuda_cnn_install tfb_emu_cnn_install
 #define tfb_cuda_shard_install tfb_emu_shard_install
+#define tfb_cuda_attn_install tfb_emu_attn_install
 #define tfb_cuda_grow tfb_emu_grow
 #define tfb_cuda_report tfb_emu_report
 #define tfb_cuda_stream_wait tfb_emu_stream_wait

@@ -121,6 +121,7 @@ extern "C" tfb_status tfb_cuda_emu_backend_create(int sms, tfb_backend *cpu, tfb
     }
     e->cpu = cpu;
     c->sms = sms;
+    c->cc = 90; /* what the kernels may assume of the GPU: BF16 fragments included */
     c->flag = flag;
     snprintf(c->name, sizeof c->name, "CUDA kernels emulated on the CPU, %d SMs", sms);
     *be = tfb_backend{};
@@ -137,6 +138,7 @@ extern "C" tfb_status tfb_cuda_emu_backend_create(int sms, tfb_backend *cpu, tfb
     tfb_cuda_ops_install(be);
     tfb_cuda_cnn_install(be);
     tfb_cuda_shard_install(be);
+    tfb_cuda_attn_install(be);
     if (cpu) emu_delegate(be, cpu);
     *out = be;
     return TFB_OK;
