@@ -1,7 +1,9 @@
 /* test_emu.cpp — checks the CUDA emulator itself (tests/emu/cuda_emu.h) before gpu_check_emu trusts it with the
  * backend's kernels: barriers order shared memory, a missing barrier changes the result between the two thread
- * orders, warp shuffles move the right lanes' values, a launch CUDA rejects sets the last error, and a shuffle that
- * part of its warp never reaches aborts with a message. Written in CUDA syntax with tfb_emu_launch spelled out.
+ * orders, warp shuffles move the right lanes' values, a launch CUDA rejects sets the last error, a shuffle that
+ * part of its warp never reaches aborts with a message, tensor-core fragments multiply as loops do and a lane
+ * sees another's stored elements only after __syncwarp, and a misaligned fragment load aborts. Written in CUDA
+ * syntax with tfb_emu_launch spelled out.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -75,6 +77,73 @@ static int divergent_shuffle_aborts(void) {
     return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
 }
 
+/* One warp: C (16 x 16, FP32) = A (16 x 32, row-major) B (32 x 16, column-major), FP16 operands staged in shared
+ * memory, then *peek = C(0, 1) as lane 0 reads it right after its own store (sync = 0) or after a __syncwarp. */
+__global__ void k_wmma(const __half *a, const __half *b, float *c, float *peek, int sync) {
+    using namespace nvcuda;
+    __shared__ __align__(32) float sc[16 * 16];
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int k = 0; k < 32; k += 16) {
+        wmma::load_matrix_sync(fa, a + k, 32);
+        wmma::load_matrix_sync(fb, b + k, 32);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+    if (threadIdx.x == 0) sc[1] = -1.0f; /* stale until lane 1 stores element 1 */
+    __syncwarp();
+    wmma::store_matrix_sync(sc, acc, 16, wmma::mem_row_major);
+    if (sync) __syncwarp();
+    if (threadIdx.x == 0) *peek = sc[1];
+    __syncwarp();
+    for (int e = (int)threadIdx.x; e < 256; e += 32) c[e] = sc[e];
+}
+
+/* The product against loops; and lane 0 sees lane 1's stored element only after a __syncwarp (threads in index
+ * order: lane 0 runs on to its read before lane 1 stores). */
+static int wmma_right(void) {
+    alignas(32) static __half a[16 * 32], b[16 * 32];
+    float c[256], peek[2] = {0, 0}, want[256];
+    for (int i = 0; i < 16 * 32; i++) {
+        a[i] = __float2half((float)(i % 7) - 3.0f);
+        b[i] = __float2half((float)(i % 5) - 2.0f);
+    }
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 16; n++) {
+            want[r * 16 + n] = 0.0f;
+            for (int k = 0; k < 32; k++)
+                want[r * 16 + n] += __half2float(a[r * 32 + k]) * __half2float(b[n * 32 + k]);
+        }
+    int ok = 1;
+    tfb_emu_order(0);
+    for (int sync = 0; sync < 2; sync++) {
+        tfb_emu_launch("k_wmma", [&] { k_wmma(a, b, c, &peek[sync], sync); }, 1, 32);
+        for (int e = 0; e < 256; e++) ok &= c[e] == want[e];
+    }
+    return ok && peek[0] == -1.0f && peek[1] == want[1];
+}
+
+__global__ void k_wmma_misaligned(const __half *a) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> fa;
+    nvcuda::wmma::load_matrix_sync(fa, a + 1, 16);
+}
+
+/* 1 when a fragment load from a pointer the GPU would refuse (not 32-byte aligned) aborts */
+static int wmma_misaligned_aborts(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alignas(32) static __half a[17 * 16];
+        if (!freopen("/dev/null", "w", stderr)) _exit(3);
+        tfb_emu_launch("k_wmma_misaligned", [&] { k_wmma_misaligned(a); }, 1, 32);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
 __global__ void k_nothing(int *x) { x[0] = 1; }
 
 static int bad_launch_reported(void) {
@@ -95,5 +164,7 @@ int main(void) {
     EXPECT("emu_warp_shuffles_xor_down_idx", shuffles_right(), "wrong lanes");
     EXPECT("emu_rejected_launch_sets_last_error", bad_launch_reported(), "not reported");
     EXPECT("emu_shuffle_missing_lanes_aborts", divergent_shuffle_aborts(), "no abort");
+    EXPECT("emu_wmma_product_and_store_by_lane", wmma_right(), "wrong product, or another lane's store seen early");
+    EXPECT("emu_wmma_misaligned_pointer_aborts", wmma_misaligned_aborts(), "no abort");
     return test_failures ? 1 : 0;
 }
