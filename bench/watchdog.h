@@ -1,7 +1,8 @@
 /* watchdog.h — ends a job that stops making progress. The run driver marks each phase it enters and the workloads
  * each unit they finish; a helper thread on every rank wakes once a second and, when neither has happened for
- * --timeout seconds, prints which operation this rank is stuck in and ends the process (the launcher then ends the other ranks, whose watchdogs report
- * their own operation). It never touches MPI: a hung collective cannot block it.
+ * --timeout seconds, prints which operation this rank is stuck in and ends the process (the launcher then ends
+ * the other ranks, whose watchdogs report their own operation). It never touches MPI: a hung collective cannot
+ * block it.
  */
 #ifndef TFB_WATCHDOG_H
 #define TFB_WATCHDOG_H

@@ -282,8 +282,9 @@ struct tfb_backend {
      * din may alias datt_d when of datt_type. */
     tfb_status (*attn_softmax_bwd)(void *ctx, const tfb_attn_softmax_desc *d, void *din, tfb_dtype din_type,
                                    void *datt_d, tfb_dtype datt_type);
-    /* Fused attention (tfb_attn_desc): whether this backend has it for d's type and shapes (1) or not (0; the
-     * caller then takes the unfused ops). The CPU backend has it for every type and shape, as the reference. */
+    /* Fused attention (tfb_attn_desc): whether this backend has it for d's type and shapes (1) or not (0: the run
+     * driver refuses --attention fused as bad input). The CPU backend has it for every type and shape, as the
+     * reference. */
     int (*attn_fused_supports)(void *ctx, const tfb_attn_desc *d);
     /* Forward: d->ctx and d->lse from d->qkv. */
     tfb_status (*attn_fused_fwd)(void *ctx, const tfb_attn_desc *d);
