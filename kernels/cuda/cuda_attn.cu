@@ -10,7 +10,8 @@
  * sm_80; operands are staged in shared memory (static, under 48 KiB a block). A warp owns 16 rows of a tile's
  * product; the softmax's row arithmetic reads the scores from shared memory, whose row layout is known (a
  * fragment's is not). Shapes: head width 64, sequence length a multiple of 64 (attn_fused_supports); for others
- * --attention fused is refused and the unfused ops (the default) serve. Not here: the permute that makes Q, K and V head-major (cuda_ops.cu).
+ * --attention fused is refused and the unfused ops (the default) serve. Not here: the permute that makes Q, K
+ * and V head-major (cuda_ops.cu).
  */
 #include <math.h>
 #include <type_traits>
