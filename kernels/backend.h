@@ -175,6 +175,18 @@ typedef struct {
     float *rowdot;          /* (batch, heads, seq) scratch: each row's sum of dctx * ctx, as stored */
 } tfb_attn_grads;
 
+/* Whether d is well formed for any backend: its buffers given, sizes of at least 1, the rank's heads within the
+ * layer's and within ldc, a dropout probability in [0, 1). A backend adds its own shape limits. */
+static inline int tfb_attn_desc_valid(const tfb_attn_desc *d) {
+    return d->qkv && d->ctx && d->lse && d->batch >= 1 && d->heads >= 1 && d->heads_total >= d->heads &&
+           d->seq >= 1 && d->head_dim >= 1 && d->ldc >= d->heads * d->head_dim && d->p >= 0.0f && d->p < 1.0f;
+}
+
+/* Whether g holds every gradient and scratch buffer a backward of d needs, ldd wide enough for d's heads. */
+static inline int tfb_attn_grads_valid(const tfb_attn_desc *d, const tfb_attn_grads *g) {
+    return g->dctx && g->dq && g->dk && g->dv && g->rowdot && g->ldd >= d->heads * d->head_dim;
+}
+
 /* An activation's backward with its bias gradient, one pass: din = dout * act'(pre + bias) and dbias += the column
  * sums of din as computed in FP32 (before din is rounded to din_type). */
 typedef struct {

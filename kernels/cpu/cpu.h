@@ -25,7 +25,7 @@ static inline float tfb_cpu_load(const void *p, tfb_dtype t, size_t i) {
 enum { TFB_CPU_SLOT_GEMM_A, TFB_CPU_SLOT_GEMM_B, TFB_CPU_SLOT_CONV_X, TFB_CPU_SLOT_CONV_W, TFB_CPU_SLOT_CONV_DY,
        TFB_CPU_SLOT_COL, TFB_CPU_SLOT_GROUP, TFB_CPU_SLOT_CONV_Y, TFB_CPU_SLOT_CONV_DX, TFB_CPU_SLOT_BN_X,
        TFB_CPU_SLOT_BN_DY, TFB_CPU_SLOT_BN_Y, TFB_CPU_SLOT_GEMM_C, TFB_CPU_SLOT_ATTN,
-       TFB_CPU_SLOT_ATTN_D, TFB_CPU_SLOTS };
+       TFB_CPU_SLOT_ATTN_D, TFB_CPU_SLOT_FUSED, TFB_CPU_SLOTS };
 
 tfb_status tfb_cpu_backend_create(int threads, tfb_backend **out);
 void tfb_cpu_ops_install(tfb_backend *be);

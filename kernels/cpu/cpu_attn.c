@@ -1,11 +1,13 @@
 /* cpu_attn.c — the CPU backend's fused attention (backend.h, tfb_attn_desc): the reference the CUDA kernels are
- * checked against, in plain loops, one (sample, head) pair per OpenMP iteration. It computes what the interface
+ * checked against, in plain loops, one (sample, head) pair per OpenMP iteration, each thread's FP32 copy of its
+ * pair carved from one scratch slot of the backend. It computes what the interface
  * states in the order a reader can follow: the scores of a row, their maximum and log-sum-exp, the dropped-out
  * probabilities rounded to the type where they meet V. It is deliberately neither tiled like the GPU kernels nor
  * fast: bert_layer.c takes it only when --attention fused is asked for on the CPU.
  */
 #include <math.h>
-#include <stdlib.h>
+#include <omp.h>
+#include <string.h>
 #include "cpu.h"
 #include "../dropout.h"
 
@@ -13,11 +15,6 @@ static int cpu_attn_supports(void *ctx, const tfb_attn_desc *d) {
     (void)ctx;
     (void)d;
     return 1;
-}
-
-static int attn_valid(const tfb_attn_desc *d) {
-    return d->qkv && d->ctx && d->lse && d->batch >= 1 && d->heads >= 1 && d->heads_total >= d->heads &&
-           d->seq >= 1 && d->head_dim >= 1 && d->ldc >= d->heads * d->head_dim && d->p >= 0.0f && d->p < 1.0f;
 }
 
 /* The dropout factor of probability (b, h, i, j): 0 where dropped, 1 / (1 - p) where kept. */
@@ -73,6 +70,12 @@ static int key_count(const tfb_attn_desc *d, int b) {
     return n < 1 ? 1 : n > d->seq ? d->seq : n;
 }
 
+/* Work room of `per` floats for each OpenMP thread, carved from the backend's scratch slot FUSED (NULL when out of
+ * memory); thread t's starts at t * per. */
+static float *attn_scratch(void *ctx, size_t per) {
+    return tfb_cpu_scratch(ctx, TFB_CPU_SLOT_FUSED, per * (size_t)omp_get_max_threads());
+}
+
 /* Row i of block (b, h): its log-sum-exp, and the context row from the dropped-out, rounded probabilities. */
 static void attn_row_fwd(const tfb_attn_desc *d, int b, int h, int i, const attn_block *a, float *sc, float *o) {
     int hd = d->head_dim, n = key_count(d, b);
@@ -93,14 +96,15 @@ static void attn_row_fwd(const tfb_attn_desc *d, int b, int h, int i, const attn
 }
 
 static tfb_status cpu_attn_fwd(void *ctx, const tfb_attn_desc *d) {
-    (void)ctx;
-    if (!attn_valid(d)) return TFB_ERR_ARG;
-    int fail = 0, s = d->seq, hd = d->head_dim;
-#pragma omp parallel for schedule(dynamic) reduction(| : fail)
+    if (!tfb_attn_desc_valid(d)) return TFB_ERR_ARG;
+    int s = d->seq, hd = d->head_dim;
+    size_t per = (size_t)3 * s * hd + s + hd;
+    float *room;
+    TFB_CHECK_ALLOC(room = attn_scratch(ctx, per));
+#pragma omp parallel for schedule(dynamic)
     for (int bh = 0; bh < d->batch * d->heads; bh++) {
         int b = bh / d->heads, h = bh % d->heads;
-        float *buf = malloc(((size_t)3 * s * hd + s + hd) * sizeof(float));
-        if (!buf) { fail = 1; continue; }
+        float *buf = room + per * (size_t)omp_get_thread_num();
         attn_block a = {.q = buf, .k = buf + (size_t)s * hd, .v = buf + (size_t)2 * s * hd};
         float *sc = buf + (size_t)3 * s * hd, *o = sc + s;
         attn_block_load(d, b, h, NULL, &a);
@@ -109,9 +113,8 @@ static tfb_status cpu_attn_fwd(void *ctx, const tfb_attn_desc *d) {
             for (int c = 0; c < hd; c++)
                 tfb_cpu_store(d->ctx, d->type, ((size_t)b * s + i) * d->ldc + (size_t)h * hd + c, o[c]);
         }
-        free(buf);
     }
-    return fail ? TFB_ERR_NOMEM : TFB_OK;
+    return TFB_OK;
 }
 
 /* Row i's contribution to dQ (its own row), dK and dV (every key it sees). */
@@ -144,18 +147,18 @@ static void attn_store(const tfb_attn_desc *d, const tfb_attn_grads *g, void *ou
 }
 
 static tfb_status cpu_attn_bwd(void *ctx, const tfb_attn_desc *d, const tfb_attn_grads *g) {
-    (void)ctx;
-    if (!attn_valid(d) || !g->dctx || !g->dq || !g->dk || !g->dv || !g->rowdot || g->ldd < d->heads * d->head_dim)
-        return TFB_ERR_ARG;
-    int fail = 0, s = d->seq, hd = d->head_dim;
+    if (!tfb_attn_desc_valid(d) || !tfb_attn_grads_valid(d, g)) return TFB_ERR_ARG;
+    int s = d->seq, hd = d->head_dim;
     size_t sd = (size_t)s * hd;
-#pragma omp parallel for schedule(dynamic) reduction(| : fail)
+    float *room;
+    TFB_CHECK_ALLOC(room = attn_scratch(ctx, 8 * sd));
+#pragma omp parallel for schedule(dynamic)
     for (int bh = 0; bh < d->batch * d->heads; bh++) {
         int b = bh / d->heads, h = bh % d->heads;
-        float *buf = calloc(8 * sd, sizeof(float));
-        if (!buf) { fail = 1; continue; }
+        float *buf = room + 8 * sd * (size_t)omp_get_thread_num();
         attn_block a = {.q = buf, .k = buf + sd, .v = buf + 2 * sd, .o = buf + 3 * sd, .dout = buf + 4 * sd};
         float *dq = buf + 5 * sd, *dk = buf + 6 * sd, *dv = buf + 7 * sd, *rowdot = g->rowdot + (size_t)bh * s;
+        memset(dq, 0, 3 * sd * sizeof(float)); /* dq, dk, dv: the rows add into them */
         attn_block_load(d, b, h, g->dctx, &a);
         for (int i = 0; i < s; i++) {
             rowdot[i] = dot(a.dout + (size_t)i * hd, a.o + (size_t)i * hd, hd);
@@ -164,9 +167,8 @@ static tfb_status cpu_attn_bwd(void *ctx, const tfb_attn_desc *d, const tfb_attn
         attn_store(d, g, g->dq, b, h, dq, d->scale);
         attn_store(d, g, g->dk, b, h, dk, d->scale);
         attn_store(d, g, g->dv, b, h, dv, 1.0f);
-        free(buf);
     }
-    return fail ? TFB_ERR_NOMEM : TFB_OK;
+    return TFB_OK;
 }
 
 void tfb_cpu_attn_install(tfb_backend *be) {

@@ -336,10 +336,9 @@ static int cuda_attn_supports(void *ctx, const tfb_attn_desc *d) {
     return typed && d->head_dim == FA_D && d->seq >= FA_T && d->seq % FA_T == 0;
 }
 
+/* A well-formed d this backend supports, within a launch grid's y and z limits. */
 static int fa_valid(void *ctx, const tfb_attn_desc *d) {
-    return cuda_attn_supports(ctx, d) && d->qkv && d->ctx && d->lse && d->batch >= 1 && d->heads >= 1 &&
-           d->heads_total >= d->heads && d->ldc >= d->heads * FA_D && d->p >= 0.0f && d->p < 1.0f &&
-           d->batch <= 65535 && d->heads <= 65535;
+    return tfb_attn_desc_valid(d) && cuda_attn_supports(ctx, d) && d->batch <= 65535 && d->heads <= 65535;
 }
 
 static tfb_status cuda_attn_fwd(void *ctx, const tfb_attn_desc *d) {
@@ -367,8 +366,7 @@ template <typename T> static tfb_status fa_bwd_launch(cuda_ctx *c, const fa_bwd_
 
 static tfb_status cuda_attn_bwd(void *ctx, const tfb_attn_desc *d, const tfb_attn_grads *g) {
     cuda_ctx *c = (cuda_ctx *)ctx;
-    if (!fa_valid(ctx, d) || !g->dctx || !g->dq || !g->dk || !g->dv || !g->rowdot || g->ldd < d->heads * FA_D)
-        return TFB_ERR_ARG;
+    if (!fa_valid(ctx, d) || !tfb_attn_grads_valid(d, g)) return TFB_ERR_ARG;
     fa_bwd_args a = {*d, *g};
     return d->type == TFB_F16 ? fa_bwd_launch<__half>(c, a) : fa_bwd_launch<__nv_bfloat16>(c, a);
 }
