@@ -73,7 +73,7 @@ void tfb_report_print(FILE *f, const tfb_run_record *r) {
                                                "median; finiteness check + update",
                                                "median; host work not hidden, closing sync"};
     for (int p = 0; p < TFB_N_PHASES; p++) ms_row(f, tfb_phase_names[p], s.phase_median[p], notes[p]);
-    pct_row(f, "share: compute", r->share_compute, "median share of a rank's step, mean of ranks");
+    pct_row(f, "share: compute", r->share_compute, "fwd+bwd+optimizer+host; median, rank mean");
     pct_row(f, "share: exposed comm", r->share_comm, "tensor collectives + data-parallel wait");
     pct_row(f, "share: pipeline bubble", r->share_bubble, "blocked in pipeline transfers");
     fprintf(f, "| %-26s | %15.2f | %-44s |\n", "GFLOP per sample", r->flops_per_sample / 1e9, "convention below the table");

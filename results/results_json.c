@@ -191,7 +191,8 @@ static cJSON *summary_json(const tfb_run_record *r, const tfb_run_summary *s) {
     cJSON_AddNumberToObject(sh, "pipeline_bubble", r->share_bubble);
     cJSON_AddStringToObject(sh, "definition", "each rank's median over timed steps of the share of its step time, "
                             "averaged over ranks; communication = tensor-parallel collectives + the data-parallel "
-                            "wait after backward; bubble = time blocked in pipeline transfers");
+                            "wait after backward; bubble = time blocked in pipeline transfers; compute = the rest: "
+                            "forward and backward work, the optimizer and host work the device does not hide");
     cJSON_AddItemToObject(o, "step_shares", sh);
     cJSON_AddNumberToObject(o, "collective_bus_bytes_per_step", r->bus_bytes_per_step);
     cJSON_AddNumberToObject(o, "collective_time_per_step_s", r->coll_time_s);

@@ -24,7 +24,9 @@
 #   6. build/bench_fused: each fused op of the BERT layer against the separate ops it replaces, and each 16-bit
 #      GEMM result or gradient with its reader against the FP32 form it replaced, at bert-large's layer shapes
 #      (batch 32, FP16; batch 1 when the CPU stands in), microseconds per call and GB/s, so a run says whether
-#      each change paid on this GPU. It fails the check only if an op fails.
+#      each change paid on this GPU. It fails the check only if an op fails;
+#   7. compute-sanitizer's memcheck, racecheck and synccheck over tfbench's own kernels (gpu_check --only),
+#      each under a time limit, after the table (GPU_CHECK_SANITIZE=0 leaves them out).
 # Ends with one compact table; logs and results files go to $OUT (default build/gpu-check). Exit 0 when every check
 # passed, 1 otherwise, 2 when there is no usable GPU. Needs what `make` needs (MPI, OpenBLAS, cJSON, hwloc, CUDA).
 # GPU_CHECK_DEVICE=cpu runs the whole script with the CPU backend standing in for the GPU (to check the script
@@ -284,6 +286,48 @@ printf '%s\n' "${bench_rows[@]}"
 [ -n "$fused" ] && echo "$fused"
 [ -n "$links_row" ] && echo "$links_row"
 [ ${#profiles[@]} -gt 0 ] && printf '%s\n' "${profiles[@]}"
+
+# compute-sanitizer over tfbench's own kernels (gpu_check --only: no cuBLAS or cuDNN), what the emulator cannot see
+# on real hardware: memcheck (out-of-bounds and misaligned accesses), racecheck (shared-memory hazards: the fused
+# attention's tiles, the block reductions) and synccheck (barriers in divergent code). Last, after the table, each
+# tool under a time limit, so the tools cost at most 150 s in all and a call cut off keeps the table.
+# An error or hazard fails the check; a tool cut off by its limit is reported as such. Where compute-sanitizer is
+# missing or refuses the device (some sandboxed machines do), the row says so and nothing fails.
+# GPU_CHECK_SANITIZE=0 leaves it out (default: on with a GPU, off when the CPU stands in; 1 forces it).
+san_rows=()
+san=$(command -v compute-sanitizer || echo "$cuda_home/bin/compute-sanitizer")
+sanitize=${GPU_CHECK_SANITIZE:-}
+[ -z "$sanitize" ] && { [ "$dev" = cuda ] && sanitize=1 || sanitize=0; }
+if [ "$sanitize" != 0 ] && [ ! -x "$san" ]; then
+    san_rows+=("| compute-sanitizer | - | not found: skipped | |")
+elif [ "$sanitize" != 0 ]; then
+    own=embedding,layernorm,residual_ln,softmax,attn,elementwise,add_relu,bias,dropout,xent,copy_2d,permute
+    own=$own,repeatable,typed,normal_fill,optimizers,cast,finite,batchnorm,pooling
+    for spec in "memcheck 60 $own own-kernels,-no-cuBLAS-or-cuDNN" \
+        "racecheck 60 attn,layernorm,residual_ln,softmax,xent,pooling,batchnorm shared-memory-kernels" \
+        "synccheck 30 attn_fused,softmax attention-and-softmax"; do
+        read -r tool limit list what <<<"$spec"
+        log="$out/sanitize-$tool.log"
+        echo "gpu-check: $tool over gpu_check --only $list" >"$log"
+        timeout "$limit" "$san" --tool "$tool" --error-exitcode 9 build/tests/gpu_check --device "$dev" \
+            --only "$list" >>"$log" 2>&1
+        rc=$?
+        summary=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -1 | sed 's/^=* *//')
+        if [ $rc = 0 ] && grep -q 'checks passed' "$log"; then verdict=PASS
+        elif [ $rc = 124 ]; then verdict="cut off after $limit s"
+        elif [ $rc = 2 ] || grep -q 'Device not supported' "$log"; then
+            san_rows+=("| compute-sanitizer $tool | - | refused this GPU: skipped ($(tail -1 "$log")) | |")
+            break
+        else verdict=FAIL; status=1
+        fi
+        san_rows+=("| compute-sanitizer $tool | ${what//-/ } | ${summary:-no summary} (exit $rc) | $verdict |")
+        echo "gpu-check: $(( $(date +%s) - start )) s ${san_rows[-1]}"
+    done
+fi
+if [ ${#san_rows[@]} -gt 0 ]; then
+    echo "| tool | kernels (gpu_check --only, in the log) | summary | |"
+    printf '%s\n' "${san_rows[@]}"
+fi
 echo "gpu-check: $(( $(date +%s) - start )) s in all"
 [ "$ops" = 0 ] || status=1
 exit $status

@@ -8,7 +8,9 @@
  *
  * `--device cpu` checks the CPU backend against itself, which exercises this harness without a GPU; the test hook
  * TFB_TEST_GPU_CHECK_BREAK=NAME perturbs one element of that check's device output, so the suite can show a broken
- * op is caught. Whole training steps and the benchmark are in scripts/gpu-check.sh.
+ * op is caught. `--only WORD,...` runs only the check groups whose call in gc_run_all contains one of the words
+ * (`--only attn_fused,layernorm`), so a slow tool (compute-sanitizer) can run a few kernels; a list that selects
+ * nothing is an error (exit 2). Whole training steps and the benchmark are in scripts/gpu-check.sh.
  *
  * Built a second time as gpu_check_emu (TFB_GPU_CHECK_EMU=1, with tests/emu/), it also knows `--device cuda-emu`:
  * the CUDA backend's own kernels run on the CPU, sized for `--sms N` streaming multiprocessors (default 4), so
@@ -44,9 +46,35 @@ typedef struct {
     uint64_t rng;
     int failed, checks;
     const char *brk;   /* the check whose device output the test hook perturbs */
+    const char *only;  /* --only: comma-separated words; a check group runs when its call contains one */
+    int groups;        /* check groups run */
 } gc_ctx;
 
 static gc_ctx G;
+
+/* Whether the check group written `call` in gc_run_all runs: always without --only, else when the call's text
+ * contains one of --only's comma-separated words (counted in G.groups). */
+static int gc_selected(const char *call) {
+    const char *w = G.only;
+    while (w && *w) {
+        size_t n = strcspn(w, ",");
+        char word[64];
+        if (n > 0 && n < sizeof word) {
+            memcpy(word, w, n);
+            word[n] = '\0';
+            if (strstr(call, word)) break;
+        }
+        w += n + (w[n] == ',');
+    }
+    int run = !G.only || (w && *w);
+    G.groups += run;
+    return run;
+}
+
+#define GC_RUN(call)                    \
+    do {                                \
+        if (gc_selected(#call)) call;   \
+    } while (0)
 
 static float urand(void) {
     G.rng ^= G.rng << 13; G.rng ^= G.rng >> 7; G.rng ^= G.rng << 17;
@@ -1145,63 +1173,63 @@ static void gc_run_libraries(void) {
 }
 
 static void gc_run_all(void) {
-    gc_run_libraries();
-    check_embedding();
-    check_embedding_bwd(1000, 2);
-    check_embedding_bwd(300, 50);
-    check_embedding_bwd(300, 600);
-    check_embedding_bwd_distinct();
-    check_layernorm();
-    check_residual_ln(TFB_F32, 0.1f);
-    check_residual_ln(TFB_F32, 0.0f);
-    check_residual_ln(TFB_F16, 0.1f);
-    check_residual_ln(TFB_BF16, 0.1f);
-    check_softmax();
-    check_attn_softmax(TFB_F32, 0.1f, 128, 0);
-    check_attn_softmax(TFB_F32, 0.0f, 128, 0);
-    check_attn_softmax(TFB_F32, 0.1f, 77, 13);
-    check_attn_softmax(TFB_F32, 0.1f, 512, 2);
-    check_attn_softmax(TFB_F32, 0.1f, 1100, 1);
-    check_attn_softmax(TFB_F16, 0.1f, 128, 0);
-    check_attn_softmax(TFB_BF16, 0.1f, 384, 5);
-    check_attn_fused(TFB_F16, 128, 128, 37, 0.1f);
-    check_attn_fused(TFB_BF16, 128, 100, 50, 0.1f);
-    check_attn_fused(TFB_F16, 64, 64, 1, 0.0f);
-    check_attn_softmax_p16(TFB_F16, 128);
-    check_attn_softmax_p16(TFB_BF16, 77);
-    check_attn_softmax_p16(TFB_F16, 1100);
-    check_elementwise();
-    check_add_relu(TFB_F32, TFB_F32);
-    check_add_relu(TFB_F16, TFB_F32);
-    check_add_relu(TFB_F16, TFB_F16);
-    check_add_relu(TFB_BF16, TFB_BF16);
-    check_bias();
-    check_repeatable();
-    check_repeatable_loss();
-    check_repeatable_embedding();
-    check_dropout();
-    check_xent();
-    check_xent_shard();
-    check_copy_2d();
-    check_permute();
-    check_typed_outputs(TFB_F16);
-    check_typed_outputs(TFB_BF16);
-    check_typed_inputs(TFB_F16);
-    check_typed_inputs(TFB_BF16);
-    check_normal_fill();
-    check_optimizers();
-    check_cast(TFB_F16);
-    check_cast(TFB_BF16);
-    check_finite();
-    if (G.be[1]->mark && G.be[1]->gemm) check_marks();
-    check_batchnorm();
-    check_pooling(4, TFB_NCHW);
-    check_pooling(40, TFB_NHWC); /* 40 channels: warps span images' pixels */
+    GC_RUN(gc_run_libraries());
+    GC_RUN(check_embedding());
+    GC_RUN(check_embedding_bwd(1000, 2));
+    GC_RUN(check_embedding_bwd(300, 50));
+    GC_RUN(check_embedding_bwd(300, 600));
+    GC_RUN(check_embedding_bwd_distinct());
+    GC_RUN(check_layernorm());
+    GC_RUN(check_residual_ln(TFB_F32, 0.1f));
+    GC_RUN(check_residual_ln(TFB_F32, 0.0f));
+    GC_RUN(check_residual_ln(TFB_F16, 0.1f));
+    GC_RUN(check_residual_ln(TFB_BF16, 0.1f));
+    GC_RUN(check_softmax());
+    GC_RUN(check_attn_softmax(TFB_F32, 0.1f, 128, 0));
+    GC_RUN(check_attn_softmax(TFB_F32, 0.0f, 128, 0));
+    GC_RUN(check_attn_softmax(TFB_F32, 0.1f, 77, 13));
+    GC_RUN(check_attn_softmax(TFB_F32, 0.1f, 512, 2));
+    GC_RUN(check_attn_softmax(TFB_F32, 0.1f, 1100, 1));
+    GC_RUN(check_attn_softmax(TFB_F16, 0.1f, 128, 0));
+    GC_RUN(check_attn_softmax(TFB_BF16, 0.1f, 384, 5));
+    GC_RUN(check_attn_fused(TFB_F16, 128, 128, 37, 0.1f));
+    GC_RUN(check_attn_fused(TFB_BF16, 128, 100, 50, 0.1f));
+    GC_RUN(check_attn_fused(TFB_F16, 64, 64, 1, 0.0f));
+    GC_RUN(check_attn_softmax_p16(TFB_F16, 128));
+    GC_RUN(check_attn_softmax_p16(TFB_BF16, 77));
+    GC_RUN(check_attn_softmax_p16(TFB_F16, 1100));
+    GC_RUN(check_elementwise());
+    GC_RUN(check_add_relu(TFB_F32, TFB_F32));
+    GC_RUN(check_add_relu(TFB_F16, TFB_F32));
+    GC_RUN(check_add_relu(TFB_F16, TFB_F16));
+    GC_RUN(check_add_relu(TFB_BF16, TFB_BF16));
+    GC_RUN(check_bias());
+    GC_RUN(check_repeatable());
+    GC_RUN(check_repeatable_loss());
+    GC_RUN(check_repeatable_embedding());
+    GC_RUN(check_dropout());
+    GC_RUN(check_xent());
+    GC_RUN(check_xent_shard());
+    GC_RUN(check_copy_2d());
+    GC_RUN(check_permute());
+    GC_RUN(check_typed_outputs(TFB_F16));
+    GC_RUN(check_typed_outputs(TFB_BF16));
+    GC_RUN(check_typed_inputs(TFB_F16));
+    GC_RUN(check_typed_inputs(TFB_BF16));
+    GC_RUN(check_normal_fill());
+    GC_RUN(check_optimizers());
+    GC_RUN(check_cast(TFB_F16));
+    GC_RUN(check_cast(TFB_BF16));
+    GC_RUN(check_finite());
+    if (G.be[1]->mark && G.be[1]->gemm) GC_RUN(check_marks());
+    GC_RUN(check_batchnorm());
+    GC_RUN(check_pooling(4, TFB_NCHW));
+    GC_RUN(check_pooling(40, TFB_NHWC)); /* 40 channels: warps span images' pixels */
 }
 
 static void usage_exit(void) {
-    fprintf(stderr, "usage: gpu_check [--device %s] [--seed N]%s\n", TFB_GPU_CHECK_EMU ? "cuda-emu|cpu" : "cuda|cpu",
-            TFB_GPU_CHECK_EMU ? " [--sms N]" : "");
+    fprintf(stderr, "usage: gpu_check [--device %s] [--seed N] [--only WORD,...]%s\n",
+            TFB_GPU_CHECK_EMU ? "cuda-emu|cpu" : "cuda|cpu", TFB_GPU_CHECK_EMU ? " [--sms N]" : "");
     exit(2);
 }
 
@@ -1227,6 +1255,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
         else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) G.rng ^= strtoull(argv[++i], NULL, 10) * 0x100000001B3ull;
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) G.only = argv[++i];
         else if (TFB_GPU_CHECK_EMU && strcmp(argv[i], "--sms") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
             sms = atoi(argv[++i]);
         else usage_exit();
@@ -1242,8 +1271,12 @@ int main(int argc, char **argv) {
     printf("| %-40s | %-4s | %10s | %7s | %-4s |\n", "check", "prec", "error", "tol", "");
     printf("|------------------------------------------|------|------------|---------|------|\n");
     gc_run_all();
-    printf("gpu_check: %d of %d checks passed\n", G.checks - G.failed, G.checks);
+    int rc = G.failed ? 1 : 0;
+    if (G.groups == 0) {
+        fprintf(stderr, "gpu_check: --only %s: no check group's call contains any of these words\n", G.only);
+        rc = 2;
+    } else printf("gpu_check: %d of %d checks passed\n", G.checks - G.failed, G.checks);
     G.be[1]->destroy(G.be[1]);
     G.be[0]->destroy(G.be[0]);
-    return G.failed ? 1 : 0;
+    return rc;
 }

@@ -186,6 +186,18 @@ def test_devices():
         failed = [l.split("|")[1].strip() for l in p.stdout.splitlines() if l.endswith("| FAIL |")]
         check(f"gpu_check_catches_broken_{op.split()[0]}", p.returncode == 1 and failed and set(failed) == {op},
               f"rc {p.returncode} failed rows {failed}")
+    # --only: exactly the groups named (fused attention's 6 rows and check_layernorm's 2), and a list naming none
+    # is an error
+    p = subprocess.run([GPU_CHECK, "--device", "cpu", "--only", "attn_fused,check_layernorm"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    rows = [l.split("|")[1].strip() for l in p.stdout.splitlines() if l.endswith("| PASS |")]
+    want = {"layernorm_fwd", "layernorm_bwd"}
+    check("gpu_check_only_runs_the_groups_named", p.returncode == 0 and len(rows) == 8 and want <= set(rows) and
+          sum(r.startswith("attn_fused_") for r in rows) == 6, f"rc {p.returncode} rows {rows}")
+    p = subprocess.run([GPU_CHECK, "--device", "cpu", "--only", "no_such_check"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    check("gpu_check_only_naming_nothing_exit2", p.returncode == 2 and "no_such_check" in p.stderr and
+          "checks passed" not in p.stdout, f"rc {p.returncode} {p.stderr[-200:]!r}")
     test_cuda_emu()
 
 
