@@ -263,12 +263,7 @@ extern "C" tfb_status tfb_cuda_backend_create(int device, tfb_backend **out, cha
     if (tfb_cuda_profile_open() && tfb_log_rank == 0)
         fprintf(stderr, "tfbench: kernel profile on (TFB_KERNEL_PROFILE): CUPTI records every kernel of the timed "
                         "windows, so this run's throughput is not a benchmark figure\n");
-    tfb_cuda_gemm_install(be);
-    tfb_cuda_conv_install(be);
-    tfb_cuda_ops_install(be);
-    tfb_cuda_cnn_install(be);
-    tfb_cuda_shard_install(be);
-    tfb_cuda_attn_install(be);
+    tfb_cuda_kernels_install(be);
     tfb_status st = cuda_ctx_open(c);
     if (st == TFB_OK) st = describe_device(be, c);
     if (st != TFB_OK) {

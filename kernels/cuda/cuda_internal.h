@@ -189,6 +189,17 @@ void tfb_cuda_ops_install(tfb_backend *be);
 void tfb_cuda_cnn_install(tfb_backend *be);
 void tfb_cuda_shard_install(tfb_backend *be);
 void tfb_cuda_attn_install(tfb_backend *be);
+
+/* Every kernel family of the backend (GEMM, convolution, ops, CNN ops, shards, fused attention) onto be: what the
+ * real backend installs, and the emulator's backend (tests/emu/) over the same files. */
+static inline void tfb_cuda_kernels_install(tfb_backend *be) {
+    tfb_cuda_gemm_install(be);
+    tfb_cuda_conv_install(be);
+    tfb_cuda_ops_install(be);
+    tfb_cuda_cnn_install(be);
+    tfb_cuda_shard_install(be);
+    tfb_cuda_attn_install(be);
+}
 void tfb_cuda_plans_free(cuda_ctx *c); /* cuda_conv.cu: the cached convolution plans */
 
 #endif

@@ -783,6 +783,20 @@ static tfb_status cuda_attn_softmax_bwd(void *ctx, const tfb_attn_softmax_desc *
 
 /* ---- cross-entropy ---- */
 
+/* The row's largest logit *mx and sum *s of exp(x - mx) over its v logits, by the block's threads together; label
+ * is the block's, so all take the same branch. An ignored row (label < 0): -inf and 0. */
+__device__ __forceinline__ void xent_row_stats(const float *x, int v, int label, float *mx, float *s) {
+    float m = -INFINITY, t = 0.0f;
+    if (label >= 0) {
+        for (int j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, x[j]);
+        m = tfb_block_max(m);
+        for (int j = threadIdx.x; j < v; j += blockDim.x) t += expf(x[j] - m);
+        t = tfb_block_sum(t);
+    }
+    *mx = m;
+    *s = t;
+}
+
 /* *loss_sum = the sum of the rows' losses (0 for an ignored row): each block writes its row's to part[row]; the
  * block that arrives last (counted in *ticket, which it resets) adds them in a fixed order, so the loss has the
  * same bits every run. */
@@ -791,13 +805,8 @@ __global__ void k_xent_fwd(float *loss_sum, const float *logits, const int *labe
     __shared__ int last;
     int label = labels[blockIdx.x];
     const float *x = logits + (size_t)blockIdx.x * v;
-    float mx = -INFINITY, s = 0.0f;
-    if (label >= 0) {
-        for (int j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, x[j]);
-        mx = tfb_block_max(mx);
-        for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - mx);
-        s = tfb_block_sum(s);
-    }
+    float mx, s;
+    xent_row_stats(x, v, label, &mx, &s);
     if (threadIdx.x == 0) {
         part[blockIdx.x] = label >= 0 ? logf(s) + mx - x[label] : 0.0f;
         __threadfence(); /* the row's loss visible to every block before this block counts itself */
@@ -828,13 +837,8 @@ __global__ void k_xent_bwd(float *dlogits, const float *logits, const int *label
     int label = labels[blockIdx.x];
     const float *x = logits + (size_t)blockIdx.x * v;
     float *dx = dlogits + (size_t)blockIdx.x * v;
-    float mx = -INFINITY, s = 0.0f;
-    if (label >= 0) {
-        for (int j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, x[j]);
-        mx = tfb_block_max(mx);
-        for (int j = threadIdx.x; j < v; j += blockDim.x) s += expf(x[j] - mx);
-        s = tfb_block_sum(s);
-    }
+    float mx, s;
+    xent_row_stats(x, v, label, &mx, &s);
     float inv = 1.0f / s;
     for (int j = threadIdx.x; j < v; j += blockDim.x)
         dx[j] = label < 0 ? 0.0f : expf(x[j] - mx) * inv * dscale - (j == label ? dscale : 0.0f);

@@ -133,12 +133,7 @@ extern "C" tfb_status tfb_cuda_emu_backend_create(int sms, tfb_backend *cpu, tfb
     be->alloc = emu_alloc; be->free = emu_free;
     be->copy_h2d = emu_copy; be->copy_d2h = emu_copy; be->copy_d2d = emu_copy;
     be->sync = emu_sync; be->destroy = emu_destroy;
-    tfb_cuda_gemm_install(be);
-    tfb_cuda_conv_install(be);
-    tfb_cuda_ops_install(be);
-    tfb_cuda_cnn_install(be);
-    tfb_cuda_shard_install(be);
-    tfb_cuda_attn_install(be);
+    tfb_cuda_kernels_install(be);
     if (cpu) emu_delegate(be, cpu);
     *out = be;
     return TFB_OK;
