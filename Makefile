@@ -6,7 +6,8 @@
 BUILD      := build
 CC         := mpicc
 VERSION    := 0.1.0
-GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell \
+              git diff --quiet HEAD 2>/dev/null || echo -dirty)
 ARCH_FLAGS ?= -march=native
 CUDA       ?= auto
 CFLAGS     := -std=c11 -O3 $(ARCH_FLAGS) -fopenmp -fno-math-errno -Wall -Wextra -D_GNU_SOURCE -I$(BUILD) \
@@ -14,14 +15,26 @@ CFLAGS     := -std=c11 -O3 $(ARCH_FLAGS) -fopenmp -fno-math-errno -Wall -Wextra 
 LDFLAGS    := -fopenmp -pthread $(EXTRA_LDFLAGS)
 NP         ?= 2
 
-LIB_SRC := kernels/check.c kernels/embed_order.c kernels/registry.c kernels/cpu/cpu_backend.c kernels/cpu/cpu_ops.c kernels/cpu/cpu_conv.c kernels/cpu/cpu_nhwc.c kernels/cpu/cpu_shard.c kernels/cpu/cpu_attn.c kernels/cpu/cpu_margin.c \
-           bench/comm_mpi.c bench/options.c bench/models.c bench/bert.c bench/bert_layer.c bench/resnet.c bench/workload.c bench/mempool.c bench/npy.c \
-           bench/ddp.c bench/optim.c bench/grid.c bench/schedule.c bench/strategy.c bench/train.c bench/power.c bench/energy.c bench/watchdog.c bench/stats.c bench/peak.c bench/report.c bench/run.c bench/topo_main.c bench/links.c bench/links_gpu.c bench/job_backend.c bench/csv.c bench/catalog.c bench/estimate.c bench/doctor.c topology/topo.c topology/gpu_probe.c topology/gpu_p2p.c topology/gpu_bw.c topology/gpu_nccl.c topology/deadline.c topology/nvml.c topology/topo_nvml.c topology/bind.c \
-           results/env.c results/summary.c results/results_json.c results/compare.c results/results_read.c results/report_data.c results/report_machines.c results/event_log.c
-CUDA_SRC := kernels/cuda/cuda_backend.cu kernels/cuda/cuda_gemm.cu kernels/cuda/cuda_conv.cu kernels/cuda/cuda_ops.cu kernels/cuda/cuda_attn.cu kernels/cuda/cuda_cnn.cu \
-            kernels/cuda/cuda_shard.cu kernels/cuda/cuda_comm.cu kernels/cuda/cuda_profile.cu
+LIB_SRC := kernels/check.c kernels/embed_order.c kernels/registry.c kernels/cpu/cpu_backend.c kernels/cpu/cpu_ops.c \
+           kernels/cpu/cpu_conv.c kernels/cpu/cpu_nhwc.c kernels/cpu/cpu_shard.c kernels/cpu/cpu_attn.c \
+           kernels/cpu/cpu_margin.c bench/comm_mpi.c bench/options.c bench/models.c bench/bert.c bench/bert_layer.c \
+           bench/resnet.c bench/workload.c bench/mempool.c bench/npy.c bench/ddp.c bench/optim.c bench/grid.c \
+           bench/schedule.c bench/strategy.c bench/train.c bench/power.c bench/energy.c bench/watchdog.c bench/stats.c \
+           bench/peak.c bench/report.c bench/run.c bench/topo_main.c bench/links.c bench/links_gpu.c \
+           bench/job_backend.c bench/csv.c bench/catalog.c bench/estimate.c bench/doctor.c topology/topo.c \
+           topology/gpu_probe.c topology/gpu_p2p.c topology/gpu_bw.c topology/gpu_nccl.c topology/deadline.c \
+           topology/nvml.c topology/topo_nvml.c topology/bind.c results/env.c results/summary.c results/results_json.c \
+           results/compare.c results/results_read.c results/report_data.c results/report_machines.c \
+           results/event_log.c
+CUDA_SRC := kernels/cuda/cuda_backend.cu kernels/cuda/cuda_gemm.cu kernels/cuda/cuda_conv.cu kernels/cuda/cuda_ops.cu \
+            kernels/cuda/cuda_attn.cu kernels/cuda/cuda_cnn.cu kernels/cuda/cuda_shard.cu kernels/cuda/cuda_comm.cu \
+            kernels/cuda/cuda_profile.cu
 LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o) $(if $(filter 1,$(CUDA_BACKEND)),$(CUDA_SRC:%.cu=$(BUILD)/%.o))
-TESTS   := $(BUILD)/tests/test_ops $(BUILD)/tests/test_cnn_ops $(BUILD)/tests/test_bert_layer $(BUILD)/tests/test_model $(BUILD)/tests/test_comm $(BUILD)/tests/test_parallel $(BUILD)/tests/test_topo $(BUILD)/tests/test_catalog $(BUILD)/tests/test_watchdog $(BUILD)/tests/gpu_check $(BUILD)/tests/libfakecuda.so $(BUILD)/tests/libfakenvml.so $(BUILD)/tests/libfakecudart.so $(BUILD)/tests/libfakenccl.so
+TESTS   := $(BUILD)/tests/test_ops $(BUILD)/tests/test_cnn_ops $(BUILD)/tests/test_bert_layer \
+           $(BUILD)/tests/test_model $(BUILD)/tests/test_comm $(BUILD)/tests/test_parallel $(BUILD)/tests/test_topo \
+           $(BUILD)/tests/test_catalog $(BUILD)/tests/test_watchdog $(BUILD)/tests/gpu_check \
+           $(BUILD)/tests/libfakecuda.so $(BUILD)/tests/libfakenvml.so $(BUILD)/tests/libfakecudart.so \
+           $(BUILD)/tests/libfakenccl.so
 
 .PHONY: all configure deps run test sanitize bench gpu-check clean FORCE
 all: $(BUILD)/tfbench $(TESTS)
@@ -40,7 +53,8 @@ $(BUILD)/%.o: %.c $(BUILD)/config.h $(wildcard kernels/*.h kernels/cpu/*.h bench
 	$(CC) $(CFLAGS) -c $< -o $@
 
 # CUDA device code: machine code per architecture and PTX for the newest (config.mk's NVCC_GENCODE).
-NVCC_FLAGS := -std=c++17 -O3 -I$(BUILD) $(NVCC_INCLUDES) $(NVCC_GENCODE) -Xcompiler -Wall,-Wextra,-fPIC --expt-relaxed-constexpr
+NVCC_FLAGS := -std=c++17 -O3 -I$(BUILD) $(NVCC_INCLUDES) $(NVCC_GENCODE) -Xcompiler -Wall,-Wextra,-fPIC \
+              --expt-relaxed-constexpr
 $(BUILD)/%.o: %.cu $(BUILD)/config.h $(wildcard kernels/*.h kernels/cuda/*.h bench/comm.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
@@ -50,8 +64,8 @@ $(BUILD)/%.o: %.cu $(BUILD)/config.h $(wildcard kernels/*.h kernels/cuda/*.h ben
 EMU_CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Wno-unknown-pragmas -I$(BUILD) -Ikernels/cuda $(CUDA_EMU_INCLUDES) \
                 -include tests/emu/cuda_emu.h $(EXTRA_CFLAGS)
 EMU_OBJ := $(BUILD)/emu/cuda_gemm.o $(BUILD)/emu/cuda_conv.o $(BUILD)/emu/cuda_ops.o $(BUILD)/emu/cuda_attn.o \
-           $(BUILD)/emu/cuda_cnn.o $(BUILD)/emu/cuda_shard.o $(BUILD)/tests/emu/cuda_emu.o $(BUILD)/tests/emu/cuda_emu_backend.o \
-           $(BUILD)/tests/emu/emu_cublas.o $(BUILD)/tests/emu/emu_cudnn.o
+           $(BUILD)/emu/cuda_cnn.o $(BUILD)/emu/cuda_shard.o $(BUILD)/tests/emu/cuda_emu.o \
+           $(BUILD)/tests/emu/cuda_emu_backend.o $(BUILD)/tests/emu/emu_cublas.o $(BUILD)/tests/emu/emu_cudnn.o
 EMU_DEPS := $(BUILD)/config.h tests/emu/cuda_emu.h $(wildcard kernels/*.h kernels/cuda/*.h tests/emu/*.h)
 $(BUILD)/emu/%.cpp: kernels/cuda/%.cu tests/emu/unchevron.py
 	@mkdir -p $(dir $@)
