@@ -66,6 +66,8 @@ EMU_CXXFLAGS := -std=c++17 -O2 -g -Wall -Wextra -Wno-unknown-pragmas -I$(BUILD) 
 EMU_OBJ := $(BUILD)/emu/cuda_gemm.o $(BUILD)/emu/cuda_conv.o $(BUILD)/emu/cuda_ops.o $(BUILD)/emu/cuda_attn.o \
            $(BUILD)/emu/cuda_cnn.o $(BUILD)/emu/cuda_shard.o $(BUILD)/tests/emu/cuda_emu.o \
            $(BUILD)/tests/emu/cuda_emu_backend.o $(BUILD)/tests/emu/emu_cublas.o $(BUILD)/tests/emu/emu_cudnn.o
+# with NCCL's header: the communicator too, over emu_nccl.c (NCCL's calls done by MPI, compiled as C by mpicc)
+EMU_OBJ += $(if $(filter 1,$(EMU_NCCL)),$(BUILD)/emu/cuda_comm.o $(BUILD)/tests/emu/emu_nccl.o)
 EMU_DEPS := $(BUILD)/config.h tests/emu/cuda_emu.h $(wildcard kernels/*.h kernels/cuda/*.h tests/emu/*.h)
 $(BUILD)/emu/%.cpp: kernels/cuda/%.cu tests/emu/unchevron.py
 	@mkdir -p $(dir $@)
@@ -76,6 +78,9 @@ $(BUILD)/emu/%.o: $(BUILD)/emu/%.cpp $(EMU_DEPS)
 $(BUILD)/tests/emu/%.o: tests/emu/%.cpp $(EMU_DEPS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(BUILD)/tests/emu/emu_nccl.o: tests/emu/emu_nccl.c $(BUILD)/config.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(CUDA_EMU_INCLUDES) -c $< -o $@
 $(BUILD)/tests/gpu_check_emu.o: tests/gpu_check.c $(BUILD)/config.h $(wildcard kernels/*.h tests/*.h tests/emu/*.h)
 	$(CC) $(CFLAGS) -DTFB_GPU_CHECK_EMU=1 -c $< -o $@
 $(BUILD)/tests/gpu_check_emu: $(BUILD)/tests/gpu_check_emu.o $(EMU_OBJ) $(BUILD)/libtfb.a

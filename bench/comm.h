@@ -1,13 +1,16 @@
 /* comm.h — the communication interface: a struct of function pointers plus a context, one per (sub-)communicator.
  *
  * Buffers are backend memory (host memory for the CPU backend). Collectives are in place where the name says so.
- * MPI implements it now (comm_mpi.c); an NCCL implementation will fill the same struct. This header holds no MPI
- * types, so code above it never includes mpi.h.
+ * MPI implements it (comm_mpi.c), and the CUDA backend's NCCL communicator (kernels/cuda/cuda_comm.cu) fills the
+ * same struct. This header holds no MPI types, so code above it never includes mpi.h; C++ may include it.
  */
 #ifndef TFB_COMM_H
 #define TFB_COMM_H
 #include <stddef.h>
 #include "../kernels/check.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef enum { TFB_COMM_F32 = 0, TFB_COMM_F64 = 1, TFB_COMM_I32 = 2, TFB_COMM_U64 = 3 } tfb_comm_type;
 typedef enum { TFB_SUM = 0, TFB_MAX = 1, TFB_MIN = 2 } tfb_comm_op;
@@ -52,4 +55,7 @@ void tfb_comm_mpi_node(int *node, int *nodes, int *local_rank, int *local_size);
 /* "Open MPI v4.1.4, ..." as the library reports it (first line). */
 const char *tfb_comm_mpi_library(void);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -92,12 +92,23 @@ record NCCL 0 $nccl_r "(optional)"
 record CUPTI 0 $cupti_r "(optional: the kernel profile, TFB_KERNEL_PROFILE)"
 # The CUDA backend's kernels compiled for the CPU (tests/emu/, gpu_check_emu) need only the toolkit's headers and a
 # C++ compiler, not nvcc or a GPU: built whenever those compile, CUDA=0 included (it is a CPU program).
-emu_inc="-I$cuda_home/include${CUDNN_HOME:+ -I$CUDNN_HOME/include}"
+emu_inc="-I$cuda_home/include${CUDNN_HOME:+ -I$CUDNN_HOME/include}${NCCL_HOME:+ -I$NCCL_HOME/include}"
 printf '#include <%s>\n' cuda_runtime.h cuda_fp16.h cuda_bf16.h cublas_v2.h cudnn.h >"$build/probe/CUDA_EMU.cpp"
 printf 'int main(void) { return 0; }\n' >>"$build/probe/CUDA_EMU.cpp"
 ${CXX:-g++} -std=c++17 $emu_inc "$build/probe/CUDA_EMU.cpp" -o "$build/probe/CUDA_EMU" >"$build/probe/CUDA_EMU.log" 2>&1
 emu_r=$?
 record CUDA_EMU 0 $emu_r "(optional: tests run the CUDA kernels on the CPU; needs the toolkit's headers and g++)"
+# ... and with NCCL's header, the CUDA backend's communicator too, over a stand-in for NCCL that calls MPI
+# (tests/emu/emu_nccl.c), so several emulated ranks talk through cuda_comm.cu
+emu_nccl_r=1
+if [ $emu_r = 0 ] && [ $have_cc = 0 ]; then
+    printf '#include <nccl.h>\n#include <mpi.h>\nint main(void) { ncclUniqueId id; (void)id; return 0; }\n' \
+        >"$build/probe/EMU_NCCL.c"
+    # shellcheck disable=SC2086
+    $cc $emu_inc "$build/probe/EMU_NCCL.c" -o "$build/probe/EMU_NCCL" >"$build/probe/EMU_NCCL.log" 2>&1
+    emu_nccl_r=$?
+fi
+record EMU_NCCL 0 $emu_nccl_r "(optional: the emulated ranks communicate through cuda_comm.cu; needs nccl.h)"
 h+=("#define TFB_CUDA_BACKEND $cuda_ready")
 if [ $cuda_ready = 1 ]; then
     h+=("#define TFB_CUDA_SASS \"$sass\"" "#define TFB_CUDA_PTX $ptx")
@@ -133,6 +144,7 @@ fi
     echo "NVCC_INCLUDES :=$nvcc_inc"
     echo "CUDA_EMU := $([ $emu_r = 0 ] && echo 1 || echo 0)"
     echo "CUDA_EMU_INCLUDES := $emu_inc"
+    echo "EMU_NCCL := $([ $emu_nccl_r = 0 ] && echo 1 || echo 0)"
 } >"$tmp_mk"
 cmp -s "$tmp_mk" "$build/config.mk" 2>/dev/null && rm "$tmp_mk" || mv "$tmp_mk" "$build/config.mk"
 

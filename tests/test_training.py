@@ -307,6 +307,55 @@ def test_cuda_emu_training():
              "--attention", "fused"]
     emu_vs_cpu("bert_fp16_fused_attention", fused + ["--precision", "fp16"], 1, 2e-2)
     emu_vs_cpu("bert_bf16_fused_attention_tensor2", fused + ["--precision", "bf16", "--parallel", "tensor"], 2, 2e-2)
+    test_cuda_emu_communicator()
+
+
+def test_cuda_emu_communicator():
+    """Where NCCL's header is there (HAVE_EMU_NCCL), the emulated ranks above talk through the CUDA backend's own
+    communicator (cuda_comm.cu) over tests/emu/emu_nccl.c, NCCL's calls done by MPI. Here also the layouts whose
+    communicators are splits of splits (data x tensor, tensor x pipeline on four ranks), and a failure NCCL reports
+    asynchronously (EMU_NCCL_ASYNC_ERROR, as when a peer died): the job ends with the message naming the rank and
+    NCCL's error, a non-zero status and no results file."""
+    config = open(os.path.join(os.path.dirname(BIN), "config.h")).read()
+    if "#define HAVE_EMU_NCCL 1" not in config:
+        print("skip cuda_emu communicator: not built (no nccl.h)")
+        return
+    emu_vs_cpu("bert_fp32_dp2_tp2", EMU_BERT + ["--precision", "fp32", "--dp", "2", "--tp", "2"], 4, 1e-5)
+    emu_vs_cpu("bert_fp16_tp2_pp2", EMU_BERT + ["--precision", "fp16", "--tp", "2", "--pp", "2", "--microbatches", "4",
+                                                 "--batch", "4"], 4, 2e-2)
+    # every collective and the paired send/receive of the communicator on exact data (tfbench links counts the
+    # wrong elements), on three ranks so each rank's block sits at a different offset
+    out = os.path.join(TMP, "emu_links.json")
+    p = subprocess.run(["mpirun", "-np", "3", EMU_BIN, "links", "--device", "cuda", "-e", "64K", "-n", "2", "--output",
+                        out], env=ENV, capture_output=True, text=True, timeout=300)
+    r = json.load(open(out)) if p.returncode == 0 and os.path.exists(out) else {}
+    ops = {c["op"] for c in r.get("collectives", [])}
+    wrong = sum(c["wrong"] for c in r.get("collectives", []))
+    check("cuda_emu_links_every_collective_exact_on_3_ranks", r.get("backend") == "cuda-emu" and wrong == 0 and
+          ops == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv"} and len(r.get("pairs", [])) > 0,
+          f"rc {p.returncode} ops {ops} wrong {wrong} {p.stderr[-300:]!r}")
+    # the device collectives go through emu_nccl.c: with its all-reduces perturbed, the tensor-parallel losses move
+    runs = []
+    for wrong in ("0", "1"):
+        out = os.path.join(TMP, f"emu_nccl_wrong{wrong}.json")
+        p = subprocess.run(["mpirun", "-np", "2", "-x", "EMU_NCCL_WRONG", EMU_BIN] + emu_steps(EMU_BERT + [
+            "--precision", "fp32", "--parallel", "tensor"]) + ["--device", "cuda", "--progress", "off", "--output", out],
+            env=dict(ENV, EMU_NCCL_WRONG=wrong), capture_output=True, text=True, timeout=300)
+        runs.append(losses(flat(json.load(open(out)))) if p.returncode == 0 and os.path.exists(out) else None)
+    check("cuda_emu_device_collectives_go_through_nccl", None not in runs and len(runs[0]) == EMU_STEPS and
+          max_rel(runs[0], runs[1]) > 1e-6, f"{runs}")
+    out = os.path.join(TMP, "emu_nccl_error.json")
+    cmd = ["mpirun", "-np", "2", "-x", "EMU_NCCL_ASYNC_ERROR", EMU_BIN] + EMU_BERT + [
+        "--device", "cuda", "--parallel", "tensor", "--steps", "3", "--warmup", "0", "--peak-tflops", "1",
+        "--progress", "off", "--output", out]
+    try:
+        p = subprocess.run(cmd, env=dict(ENV, EMU_NCCL_ASYNC_ERROR="6"), capture_output=True, text=True, timeout=120)
+        rc, err = p.returncode, p.stderr
+    except subprocess.TimeoutExpired:
+        rc, err = None, "the job hung"
+    check("cuda_emu_nccl_async_error_ends_the_job_with_a_message", rc not in (0, None) and not os.path.exists(out)
+          and re.search(r"tfbench\[rank \d, cuda:0\]: NCCL failed on a communicator of 2 ranks .*remote process", err),
+          f"rc {rc} {err[-400:]!r}")
 
 
 def test_rank_failure():

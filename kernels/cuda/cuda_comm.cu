@@ -20,9 +20,7 @@
 #include <string.h>
 #include <nccl.h>
 #include "cuda_internal.h"
-extern "C" {
 #include "../../bench/comm.h"
-}
 
 struct nccl_comm {
     tfb_comm *host;        /* the MPI communicator of the same ranks: host buffers, bootstrap, barrier */
@@ -34,6 +32,7 @@ struct nccl_comm {
     const char *last_op;   /* the last operation queued, for the failure message */
     nccl_comm *next;       /* the backend's list of communicators (polled for errors) */
 };
+/* unchevron: namespace below */
 
 typedef struct {
     int on_host;

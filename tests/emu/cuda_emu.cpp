@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <ucontext.h>
+#include <map>
 #include "cuda_emu.h"
 
 #define EMU_MAX_THREADS 1024
@@ -298,3 +299,83 @@ cudaError_t tfb_emu_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t 
     for (size_t r = 0; r < height; r++) memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
     return cudaSuccess;
 }
+
+/* ---- device memory, streams and events, for the communicator (cuda_comm.cu) ---- */
+
+/* The ranges the emulated backend handed out as device memory (start -> bytes), for cudaPointerGetAttributes. */
+static std::map<uintptr_t, size_t> &device_ranges(void) {
+    static std::map<uintptr_t, size_t> m;
+    return m;
+}
+
+void tfb_emu_device_range(const void *p, size_t bytes, int add) {
+    if (!p) return;
+    if (add) device_ranges()[(uintptr_t)p] = bytes;
+    else device_ranges().erase((uintptr_t)p);
+}
+
+/* Device memory where p lies in a range the backend allocated, else host memory CUDA does not know of. */
+cudaError_t tfb_emu_pointer_attributes(cudaPointerAttributes *a, const void *p) {
+    const std::map<uintptr_t, size_t> &m = device_ranges();
+    auto it = m.upper_bound((uintptr_t)p);
+    int dev = it != m.begin() && (uintptr_t)p < (--it)->first + it->second;
+    memset(a, 0, sizeof *a);
+    a->type = dev ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+    a->device = 0;
+    a->devicePointer = dev ? (void *)p : NULL;
+    return cudaSuccess;
+}
+
+/* Work runs when it is queued, so a stream has nothing pending and every event has happened; an event is checked
+ * to be one that exists (created, not yet destroyed) wherever it is used. */
+enum : uint32_t { EVENT_LIVE = 0x45564e54u };
+
+static cudaError_t event_check(cudaEvent_t e) {
+    if (!e || *(uint32_t *)(void *)e != EVENT_LIVE) {
+        fprintf(stderr, "cuda emulator: an event used that was never created or was destroyed\n");
+        abort();
+    }
+    return cudaSuccess;
+}
+
+cudaError_t tfb_emu_event_create(cudaEvent_t *e, unsigned flags) {
+    (void)flags;
+    uint32_t *p = (uint32_t *)malloc(sizeof *p);
+    if (!p) return cudaErrorMemoryAllocation;
+    *p = EVENT_LIVE;
+    *e = (cudaEvent_t)(void *)p;
+    return cudaSuccess;
+}
+
+cudaError_t tfb_emu_event_destroy(cudaEvent_t e) {
+    event_check(e);
+    *(uint32_t *)(void *)e = 0;
+    free((void *)e);
+    return cudaSuccess;
+}
+
+cudaError_t tfb_emu_event_record(cudaEvent_t e, cudaStream_t s) {
+    (void)s;
+    return event_check(e);
+}
+
+cudaError_t tfb_emu_event_query(cudaEvent_t e) { return event_check(e); }
+
+cudaError_t tfb_emu_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    (void)s;
+    (void)flags;
+    return event_check(e);
+}
+
+cudaError_t tfb_emu_stream_create(cudaStream_t *s, unsigned flags) {
+    (void)flags;
+    *s = (cudaStream_t)malloc(1);
+    return *s ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t tfb_emu_stream_destroy(cudaStream_t s) {
+    free((void *)s);
+    return cudaSuccess;
+}
+
+cudaError_t tfb_emu_set_device(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }

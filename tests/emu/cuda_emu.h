@@ -11,9 +11,9 @@
  * CUDA would reject (more than 1024 threads, a grid dimension out of range), is reported: the first aborts, the
  * second is returned by cudaGetLastError as on a GPU.
  *
- * Deliberately not emulated: cuBLAS, cuDNN, NCCL, streams and events (the test backend, cuda_emu_backend.cpp,
- * lacks GEMM and convolution or takes them from the CPU backend), warp-synchronous code without a sync point (there
- * is none), timing.
+ * Deliberately not emulated: cuBLAS, cuDNN and NCCL (stand-ins: emu_cublas.cpp, emu_cudnn.cpp, and emu_nccl.c over
+ * MPI), streams and events beyond their existence (work runs when queued), warp-synchronous code without a sync
+ * point (there is none), timing.
  */
 #ifndef TFB_CUDA_EMU_H
 #define TFB_CUDA_EMU_H
@@ -178,6 +178,29 @@ cudaError_t tfb_emu_memset(void *p, int value, size_t bytes, cudaStream_t s = 0)
 cudaError_t tfb_emu_memcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);
 cudaError_t tfb_emu_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t s = 0);
+/* For the communicator (cuda_comm.cu): device memory is what the emulated backend registered as such (its
+ * allocations, as ranges); streams and events exist but have nothing to wait for, as every call completes at once. */
+void tfb_emu_device_range(const void *p, size_t bytes, int add);
+cudaError_t tfb_emu_pointer_attributes(cudaPointerAttributes *a, const void *p);
+cudaError_t tfb_emu_event_create(cudaEvent_t *e, unsigned flags);
+cudaError_t tfb_emu_event_destroy(cudaEvent_t e);
+cudaError_t tfb_emu_event_record(cudaEvent_t e, cudaStream_t s = 0);
+cudaError_t tfb_emu_event_query(cudaEvent_t e);
+cudaError_t tfb_emu_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags = 0);
+cudaError_t tfb_emu_stream_create(cudaStream_t *s, unsigned flags);
+cudaError_t tfb_emu_stream_destroy(cudaStream_t s);
+cudaError_t tfb_emu_set_device(int device);
+#define cudaPointerGetAttributes tfb_emu_pointer_attributes
+#define cudaEventCreateWithFlags tfb_emu_event_create
+#define cudaEventDestroy tfb_emu_event_destroy
+#define cudaEventRecord tfb_emu_event_record
+#define cudaEventQuery tfb_emu_event_query
+#define cudaStreamWaitEvent tfb_emu_stream_wait_event
+#define cudaStreamCreateWithFlags tfb_emu_stream_create
+#define cudaStreamDestroy tfb_emu_stream_destroy
+#define cudaSetDevice tfb_emu_set_device
+#define tfb_cuda_comm_wrap tfb_emu_comm_wrap
+#define tfb_cuda_comms_poll tfb_emu_comms_poll
 #define cudaGetLastError tfb_emu_get_last_error
 #define cudaGetErrorString tfb_emu_error_string
 #define cudaMemsetAsync tfb_emu_memset

@@ -4,13 +4,16 @@
  * emu_cudnn.cpp). gpu_check --device cuda-emu checks them against the CPU backend on a machine with no GPU;
  * tfbench_emu trains with them.
  *
- * CUDA events and NCCL have no emulation. Without a CPU delegate the backend lacks timing marks and communication
- * (gpu_check skips the checks of ops a backend lacks); with one, those (and memory, so its accounting sees every
- * buffer) are the delegate's, so whole training steps run with every op on the CUDA backend's code. Deliberately
- * absent either way: every device query but the SM count.
+ * Every allocation is registered as device memory (cudaPointerGetAttributes). Without a CPU delegate the backend
+ * lacks timing marks (gpu_check skips the checks of ops a backend lacks); with one, those and memory (so its
+ * accounting sees every buffer) are the delegate's, so whole training steps run with every op on the CUDA
+ * backend's code. Communication between ranks is the CUDA backend's own communicator (cuda_comm.cu) over
+ * emu_nccl.c, which does NCCL's calls with MPI, where NCCL's header was found (HAVE_EMU_NCCL); else the job's MPI
+ * communicator on the host buffers. Deliberately absent either way: every device query but the SM count.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include "config.h"
 #include "cuda_internal.h"
 #include "cuda_emu_backend.h"
 
@@ -26,11 +29,14 @@ static tfb_backend *cpu_of(void *ctx) { return ((emu_ctx *)ctx)->cpu; }
 /* Device memory is host memory: every allocation zero-filled, like cuda_alloc. */
 static void *emu_alloc(void *ctx, size_t bytes) {
     (void)ctx;
-    return calloc(1, bytes ? bytes : 1);
+    void *p = calloc(1, bytes ? bytes : 1);
+    tfb_emu_device_range(p, bytes, 1);
+    return p;
 }
 
 static void emu_free(void *ctx, void *p) {
     (void)ctx;
+    tfb_emu_device_range(p, 0, 0);
     free(p);
 }
 
@@ -66,7 +72,11 @@ extern "C" void tfb_cuda_report(const char *call, const char *file, int line, co
     tfb_check_report(call, file, line, detail);
 }
 
+/* Nothing is pending (work runs when queued), but as on a GPU a wait is where a communicator's failure surfaces. */
 tfb_status tfb_cuda_stream_wait(cuda_ctx *c) {
+#if HAVE_EMU_NCCL
+    if (c->comms) return tfb_cuda_comms_poll(c);
+#endif
     (void)c;
     return TFB_OK;
 }
@@ -74,16 +84,25 @@ tfb_status tfb_cuda_stream_wait(cuda_ctx *c) {
 tfb_status tfb_cuda_grow(cuda_ctx *c, void **buf, size_t *have, size_t bytes) {
     (void)c;
     if (*have >= bytes) return TFB_OK;
+    tfb_emu_device_range(*buf, 0, 0);
     free(*buf);
     *buf = calloc(1, bytes);
     *have = *buf ? bytes : 0;
+    tfb_emu_device_range(*buf, bytes, 1);
     return *buf ? TFB_OK : TFB_ERR_NOMEM;
 }
 
 /* ---- what a CPU delegate does: each call is the delegate's op on its own context ---- */
 
-static void *cpu_alloc(void *ctx, size_t bytes) { return cpu_of(ctx)->alloc(cpu_of(ctx)->ctx, bytes); }
-static void cpu_free(void *ctx, void *p) { cpu_of(ctx)->free(cpu_of(ctx)->ctx, p); }
+static void *cpu_alloc(void *ctx, size_t bytes) {
+    void *p = cpu_of(ctx)->alloc(cpu_of(ctx)->ctx, bytes);
+    tfb_emu_device_range(p, bytes, 1);
+    return p;
+}
+static void cpu_free(void *ctx, void *p) {
+    tfb_emu_device_range(p, 0, 0);
+    cpu_of(ctx)->free(cpu_of(ctx)->ctx, p);
+}
 static void cpu_mem_stats(void *ctx, size_t *in_use, size_t *peak, int reset_peak) {
     cpu_of(ctx)->mem_stats(cpu_of(ctx)->ctx, in_use, peak, reset_peak);
 }
@@ -93,7 +112,7 @@ static tfb_status cpu_mark_seconds(void *ctx, int a, int b, double *seconds) {
     return cpu_of(ctx)->mark_seconds(cpu_of(ctx)->ctx, a, b, seconds);
 }
 
-/* The delegate's ops over be's, where the delegate has them (communication needs none: buffers are host memory). */
+/* The delegate's ops over be's, where the delegate has them. */
 static void emu_delegate(tfb_backend *be, const tfb_backend *cpu) {
     be->alloc = cpu_alloc; be->free = cpu_free; be->mem_stats = cpu_mem_stats;
     be->threads = cpu->threads;
@@ -134,6 +153,9 @@ extern "C" tfb_status tfb_cuda_emu_backend_create(int sms, tfb_backend *cpu, tfb
     be->copy_h2d = emu_copy; be->copy_d2h = emu_copy; be->copy_d2d = emu_copy;
     be->sync = emu_sync; be->destroy = emu_destroy;
     tfb_cuda_kernels_install(be);
+#if HAVE_EMU_NCCL
+    be->comm_wrap = tfb_cuda_comm_wrap; /* cuda_comm.cu over emu_nccl.c: NCCL's calls done by MPI */
+#endif
     if (cpu) emu_delegate(be, cpu);
     *out = be;
     return TFB_OK;

@@ -2,10 +2,11 @@
 """unchevron.py IN.cu OUT.cpp — rewrites every CUDA launch `kernel<T><<<grid, block, shmem, stream>>>(args)` of a
 kernel file as `tfb_emu_launch("kernel", [&] { kernel<T>(args); }, grid, block, shmem, stream)`, the form
 tests/emu/cuda_emu.h runs on the CPU. Everything else, line breaks included, is kept (a #line directive makes the
-compiler's messages name the original file and lines). The code after the last #include goes into namespace
+compiler's messages name the original file and lines). The code after the last #include (or after a line
+`/* unchevron: namespace below */`, which keeps a type that cuda_internal.h declares global) goes into namespace
 tfb_emu_kernels, so its functions cannot clash with those of nvcc's object of the same file when a CUDA build links
-both; the file's void tfb_cuda_* functions of one backend or context pointer (the installers, the convolution
-plans' release) are forwarded from the global namespace. Fails on a launch it cannot parse rather than guess."""
+both; the file's external tfb_* functions returning void or tfb_status (the installers, the convolution plans' release,
+the communicator's entry points) are forwarded from the global namespace. Fails on a launch it cannot parse rather than guess."""
 import re
 import sys
 
@@ -69,15 +70,17 @@ def main():
     if len(sys.argv) != 3:
         sys.exit("usage: unchevron.py IN.cu OUT.cpp")
     src = rewrite(open(sys.argv[1]).read())
-    includes = list(re.finditer(r"^#include .*$", src, re.M))
+    includes = list(re.finditer(r"^#include .*$|^/\* unchevron: namespace below \*/$", src, re.M))
     if not includes:
         sys.exit(f"unchevron: {sys.argv[1]}: no #include to open the namespace after")
     at = includes[-1].end()
     line = src.count("\n", 0, at) + 2
     text = (f'#line 1 "{sys.argv[1]}"\n' + src[:at] + f'\nnamespace tfb_emu_kernels {{\n#line {line} "{sys.argv[1]}"' +
             src[at:] + "\n}\n")
-    for name, arg in re.findall(r"^void (tfb_cuda_\w+)\((tfb_backend|cuda_ctx) \*\w+\)", src, re.M):
-        text += f"void {name}({arg} *p) {{ tfb_emu_kernels::{name}(p); }}\n"
+    for ret, name, params in re.findall(r"^(void|tfb_status) (tfb_\w+)\(([^)]*)\) \{", src, re.M):
+        args = ", ".join(re.findall(r"(\w+)\s*(?:,|$)", params)) if params.strip() != "void" else ""
+        call = f"tfb_emu_kernels::{name}({args})"
+        text += f"{ret} {name}({params}) {{ {'return ' if ret != 'void' else ''}{call}; }}\n"
     with open(sys.argv[2], "w") as f:
         f.write(text)
 

@@ -1,0 +1,255 @@
+/* emu_nccl.c — NCCL's calls that kernels/cuda/cuda_comm.cu makes, done with MPI on host memory, so tfbench_emu
+ * (the CUDA backend's code on the emulator, where device memory is host memory) runs its communicator on several
+ * ranks: the bootstrap of every (sub-)communicator from a broadcast id, the collectives with NCCL's counts and
+ * in-place rules, and grouped sends and receives. Every call completes before it returns (the emulator has no
+ * streams), so the ordering cuda_comm.cu builds with events is not exercised here, nor are NCCL's algorithms.
+ *
+ * The id names the rank that made it (the communicator's rank 0, in MPI_COMM_WORLD) and a serial number; every
+ * other member sends its world rank to the maker, which answers with the members' world ranks in communicator
+ * order, and the members make an MPI communicator of exactly those ranks (MPI_Comm_create_group, collective over
+ * them alone). The bootstrap's tags start at 20000, above tfbench's own. Test hooks: EMU_NCCL_ASYNC_ERROR=N makes
+ * ncclCommGetAsyncError report error N, as NCCL does when a peer has failed; EMU_NCCL_WRONG=1 adds 1 to the first
+ * element of every FP32 all-reduce's result on the communicator's rank 0 (so a test sees the device collectives
+ * go through here).
+ */
+#include <mpi.h>
+#include <nccl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ncclComm {
+    MPI_Comm mc;   /* the members, ranked as in NCCL */
+    int rank, size;
+};
+
+enum { TAG0 = 20000, TAGS = 10000, MAX_GROUP = 64 };
+
+typedef struct {
+    int send;             /* 1: send, 0: receive */
+    void *buf;
+    size_t count;
+    ncclDataType_t type;
+    int peer;
+    ncclComm_t comm;
+} emu_p2p;
+
+static struct {
+    int depth;                 /* ncclGroupStart nesting */
+    int n;
+    emu_p2p ops[MAX_GROUP];    /* sends and receives queued in the group */
+} G;
+
+typedef struct {
+    uint32_t magic, maker, serial;
+} emu_id;
+
+#define EMU_ID_MAGIC 0x454d5549u
+
+static MPI_Datatype mpi_type(ncclDataType_t t) {
+    switch (t) {
+    case ncclFloat64: return MPI_DOUBLE;
+    case ncclInt32: return MPI_INT;
+    case ncclUint64: return MPI_UINT64_T;
+    case ncclFloat32: return MPI_FLOAT;
+    default: return MPI_DATATYPE_NULL;
+    }
+}
+
+static size_t type_size(ncclDataType_t t) { return t == ncclFloat64 || t == ncclUint64 ? 8 : 4; }
+
+static MPI_Op mpi_op(ncclRedOp_t op) {
+    return op == ncclSum ? MPI_SUM : op == ncclMax ? MPI_MAX : op == ncclMin ? MPI_MIN : MPI_OP_NULL;
+}
+
+static ncclResult_t mpi_result(int rc) { return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
+
+const char *ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclInvalidArgument: return "invalid argument (emulated NCCL)";
+    case ncclRemoteError: return "remote process exited or there was a network error (emulated NCCL)";
+    case ncclSystemError: return "unhandled system error (emulated NCCL)";
+    default: return "error (emulated NCCL)";
+    }
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    static uint32_t serial;
+    int me;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    emu_id e = {EMU_ID_MAGIC, (uint32_t)me, serial++};
+    memset(id, 0, sizeof *id);
+    memcpy(id->internal, &e, sizeof e);
+    return ncclSuccess;
+}
+
+/* world[r] = the world rank of member r: the members tell the maker theirs, it answers with all of them. */
+static ncclResult_t members_gather(const emu_id *e, int nranks, int rank, int *world) {
+    int me, tag = TAG0 + (int)(e->serial % TAGS), rc = MPI_SUCCESS;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    if (rank != 0) {
+        int mine[2] = {rank, me};
+        rc = MPI_Send(mine, 2, MPI_INT, (int)e->maker, tag, MPI_COMM_WORLD);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Recv(world, nranks, MPI_INT, (int)e->maker, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        return mpi_result(rc);
+    }
+    world[0] = me;
+    for (int i = 1; i < nranks && rc == MPI_SUCCESS; i++) {
+        int theirs[2];
+        MPI_Status st;
+        rc = MPI_Recv(theirs, 2, MPI_INT, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, &st);
+        if (rc == MPI_SUCCESS && (theirs[0] < 1 || theirs[0] >= nranks || theirs[1] != st.MPI_SOURCE))
+            return ncclInvalidArgument;
+        if (rc == MPI_SUCCESS) world[theirs[0]] = theirs[1];
+    }
+    for (int i = 1; i < nranks && rc == MPI_SUCCESS; i++)
+        rc = MPI_Send(world, nranks, MPI_INT, world[i], tag, MPI_COMM_WORLD);
+    return mpi_result(rc);
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    emu_id e;
+    memcpy(&e, id.internal, sizeof e);
+    if (e.magic != EMU_ID_MAGIC || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    int *world = malloc((size_t)nranks * sizeof *world);
+    struct ncclComm *c = calloc(1, sizeof *c);
+    if (!world || !c) { free(world); free(c); return ncclSystemError; }
+    ncclResult_t r = members_gather(&e, nranks, rank, world);
+    MPI_Group all, mine;
+    if (r == ncclSuccess) {
+        MPI_Comm_group(MPI_COMM_WORLD, &all);
+        MPI_Group_incl(all, nranks, world, &mine);
+        r = mpi_result(MPI_Comm_create_group(MPI_COMM_WORLD, mine, TAG0 + (int)(e.serial % TAGS), &c->mc));
+        MPI_Group_free(&mine);
+        MPI_Group_free(&all);
+    }
+    free(world);
+    if (r != ncclSuccess) { free(c); return r; }
+    MPI_Comm_rank(c->mc, &c->rank);
+    MPI_Comm_size(c->mc, &c->size);
+    if (c->rank != rank || c->size != nranks) { MPI_Comm_free(&c->mc); free(c); return ncclInternalError; }
+    *comm = c;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    if (!comm) return ncclInvalidArgument;
+    MPI_Comm_free(&comm->mc);
+    free(comm);
+    return ncclSuccess;
+}
+
+/* An aborted communicator is left to MPI_Finalize: freeing it would wait for peers that may be gone. */
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    free(comm);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async) {
+    const char *v = getenv("EMU_NCCL_ASYNC_ERROR");
+    if (!comm) return ncclInvalidArgument;
+    *async = v && v[0] ? (ncclResult_t)atoi(v) : ncclSuccess;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream) {
+    (void)stream;
+    if (!comm || mpi_type(t) == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
+    int rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, mpi_type(t), mpi_op(op), comm->mc);
+    const char *wrong = getenv("EMU_NCCL_WRONG");
+    if (rc == MPI_SUCCESS && wrong && atoi(wrong) == 1 && t == ncclFloat32 && comm->rank == 0 && count > 0)
+        ((float *)recv)[0] += 1.0f;
+    return mpi_result(rc);
+}
+
+/* recv (count * size) = every member's send (count), in rank order; in place when send is this rank's block. */
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t comm,
+                           cudaStream_t stream) {
+    (void)stream;
+    if (!comm || mpi_type(t) == MPI_DATATYPE_NULL) return ncclInvalidArgument;
+    const char *mine = (const char *)recv + (size_t)comm->rank * count * type_size(t);
+    return mpi_result(MPI_Allgather(send == mine ? MPI_IN_PLACE : send, (int)count, mpi_type(t), recv, (int)count,
+                                    mpi_type(t), comm->mc));
+}
+
+/* recv (count) = this rank's block of the sum of every member's send (count * size); recv may lie in send (NCCL's
+ * in place puts it at this rank's block), so send is copied first when they overlap. */
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t stream) {
+    (void)stream;
+    if (!comm || mpi_type(t) == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
+    size_t all = count * (size_t)comm->size * type_size(t);
+    const char *s = send, *r = recv;
+    void *copy = NULL;
+    if (r + count * type_size(t) > s && r < s + all) {
+        if (!(copy = malloc(all))) return ncclSystemError;
+        memcpy(copy, send, all);
+        send = copy;
+    }
+    int rc = MPI_Reduce_scatter_block(send, recv, (int)count, mpi_type(t), mpi_op(op), comm->mc);
+    free(copy);
+    return mpi_result(rc);
+}
+
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
+    (void)stream;
+    if (!comm || mpi_type(t) == MPI_DATATYPE_NULL || root < 0 || root >= comm->size) return ncclInvalidArgument;
+    if (comm->rank == root && send != recv) memmove(recv, send, count * type_size(t));
+    return mpi_result(MPI_Bcast(recv, (int)count, mpi_type(t), root, comm->mc));
+}
+
+/* A send or receive: queued inside a group, else done at once. */
+static ncclResult_t p2p(int is_send, void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm) {
+    if (!comm || mpi_type(t) == MPI_DATATYPE_NULL || peer < 0 || peer >= comm->size) return ncclInvalidArgument;
+    if (G.depth > 0) {
+        if (G.n == MAX_GROUP) return ncclInternalError;
+        G.ops[G.n++] = (emu_p2p){is_send, buf, count, t, peer, comm};
+        return ncclSuccess;
+    }
+    if (is_send) return mpi_result(MPI_Send(buf, (int)count, mpi_type(t), peer, 0, comm->mc));
+    return mpi_result(MPI_Recv(buf, (int)count, mpi_type(t), peer, 0, comm->mc, MPI_STATUS_IGNORE));
+}
+
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+    (void)stream;
+    return p2p(1, (void *)send, count, t, peer, comm);
+}
+
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t stream) {
+    (void)stream;
+    return p2p(0, recv, count, t, peer, comm);
+}
+
+ncclResult_t ncclGroupStart(void) {
+    if (G.depth++ == 0) G.n = 0;
+    return ncclSuccess;
+}
+
+/* The group's sends and receives, posted together and then waited for (so a pair of ranks may swap). */
+/* NOLINTBEGIN(clang-analyzer-optin.mpi.MPI-Checker): it does not follow requests through loops; every request
+ * posted in the first loop is waited for in the second */
+ncclResult_t ncclGroupEnd(void) {
+    if (G.depth < 1) return ncclInvalidUsage;
+    if (--G.depth > 0) return ncclSuccess;
+    MPI_Request req[MAX_GROUP];
+    int rc = MPI_SUCCESS, posted = 0;
+    while (posted < G.n && rc == MPI_SUCCESS) {
+        const emu_p2p *o = &G.ops[posted];
+        MPI_Datatype t = mpi_type(o->type);
+        if (o->send) rc = MPI_Isend(o->buf, (int)o->count, t, o->peer, 0, o->comm->mc, &req[posted]);
+        else rc = MPI_Irecv(o->buf, (int)o->count, t, o->peer, 0, o->comm->mc, &req[posted]);
+        posted += rc == MPI_SUCCESS;
+    }
+    for (int i = 0; i < posted; i++) {
+        int w = MPI_Wait(&req[i], MPI_STATUS_IGNORE);
+        if (rc == MPI_SUCCESS) rc = w;
+    }
+    G.n = 0;
+    return mpi_result(rc);
+}
+/* NOLINTEND(clang-analyzer-optin.mpi.MPI-Checker) */
