@@ -58,12 +58,11 @@ static void emu_destroy(tfb_backend *be) {
     tfb_cuda_plans_free(c);
     if (c->blas) cublasDestroy(c->blas);
     if (c->dnn) cudnnDestroy(c->dnn);
-    free(c->flag);
-    free(c->partials);
-    free(c->tickets);
-    free(c->scratch);
-    free(c->workspace);
-    free(c->gemm_ptrs);
+    void *grown[] = {c->flag, c->partials, c->tickets, c->scratch, c->workspace, c->gemm_ptrs};
+    for (void *p : grown) {
+        tfb_emu_device_range(p, 0, 0); /* so a later host allocation at that address is not taken for the device's */
+        free(p);
+    }
     free(e);
     free(be);
 }
@@ -142,6 +141,7 @@ extern "C" tfb_status tfb_cuda_emu_backend_create(int sms, tfb_backend *cpu, tfb
     c->sms = sms;
     c->cc = 90; /* what the kernels may assume of the GPU: BF16 fragments included */
     c->flag = flag;
+    tfb_emu_device_range(flag, sizeof(int), 1);
     snprintf(c->name, sizeof c->name, "CUDA kernels emulated on the CPU, %d SMs", sms);
     *be = tfb_backend{};
     be->name = "cuda-emu";
