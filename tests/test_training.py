@@ -313,7 +313,8 @@ def test_cuda_emu_training():
 def test_cuda_emu_communicator():
     """Where NCCL's header is there (HAVE_EMU_NCCL), the emulated ranks above talk through the CUDA backend's own
     communicator (cuda_comm.cu) over tests/emu/emu_nccl.c, NCCL's calls done by MPI. Here also the layouts whose
-    communicators are splits of splits (data x tensor, tensor x pipeline on four ranks), and a failure NCCL reports
+    communicators are splits of splits (data x tensor, tensor x pipeline on four ranks), ResNet's tensor parallelism
+    (all-gathers of device buffers), every collective on exact data (links), and a failure NCCL reports
     asynchronously (EMU_NCCL_ASYNC_ERROR, as when a peer died): the job ends with the message naming the rank and
     NCCL's error, a non-zero status and no results file."""
     config = open(os.path.join(os.path.dirname(BIN), "config.h")).read()
@@ -323,6 +324,9 @@ def test_cuda_emu_communicator():
     emu_vs_cpu("bert_fp32_dp2_tp2", EMU_BERT + ["--precision", "fp32", "--dp", "2", "--tp", "2"], 4, 1e-5)
     emu_vs_cpu("bert_fp16_tp2_pp2", EMU_BERT + ["--precision", "fp16", "--tp", "2", "--pp", "2", "--microbatches", "4",
                                                  "--batch", "4"], 4, 2e-2)
+    # ResNet's tensor parallelism gathers each unit's output shards with an all-gather on device buffers
+    emu_vs_cpu("resnet_fp16_nhwc_tensor2", EMU_RESNET + ["--precision", "fp16", "--conv-layout", "nhwc", "--parallel",
+                                                        "tensor", "--seed", "4"], 2, 2e-2)
     # every collective and the paired send/receive of the communicator on exact data (tfbench links counts the
     # wrong elements), on three ranks so each rank's block sits at a different offset
     out = os.path.join(TMP, "emu_links.json")
