@@ -73,7 +73,7 @@ static int gc_selected(const char *call) {
 
 #define GC_RUN(call)                    \
     do {                                \
-        if (gc_selected(#call)) call;   \
+        if (gc_selected(#call)) (call); \
     } while (0)
 
 static float urand(void) {
