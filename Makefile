@@ -86,8 +86,9 @@ $(BUILD)/tests/gpu_check_emu.o: tests/gpu_check.c $(BUILD)/config.h $(wildcard k
 	$(CC) $(CFLAGS) -DTFB_GPU_CHECK_EMU=1 -c $< -o $@
 $(BUILD)/tests/gpu_check_emu: $(BUILD)/tests/gpu_check_emu.o $(EMU_OBJ) $(BUILD)/libtfb.a
 	$(CC) $(LDFLAGS) $^ -o $@ $(CONFIG_LIBS) -lstdc++ -lm
-# tfbench with `--device cuda` on the emulated CUDA backend (memory, marks, communication on the CPU backend): its
-# registry object comes first, so the archive's is not linked.
+# tfbench with `--device cuda` on the emulated CUDA backend (memory and marks on the CPU backend; communication
+# through cuda_comm.cu over emu_nccl.c where EMU_NCCL): its registry object comes first, so the archive's is not
+# linked.
 $(BUILD)/tests/registry_emu.o: kernels/registry.c $(BUILD)/config.h $(wildcard kernels/*.h tests/emu/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DTFB_REGISTRY_EMU=1 -c $< -o $@
