@@ -18,9 +18,9 @@ NP         ?= 2
 LIB_SRC := kernels/check.c kernels/embed_order.c kernels/registry.c kernels/cpu/cpu_backend.c kernels/cpu/cpu_ops.c \
            kernels/cpu/cpu_conv.c kernels/cpu/cpu_nhwc.c kernels/cpu/cpu_shard.c kernels/cpu/cpu_attn.c \
            kernels/cpu/cpu_margin.c bench/comm_mpi.c bench/options.c bench/models.c bench/bert.c bench/bert_layer.c \
-           bench/resnet.c bench/workload.c bench/mempool.c bench/npy.c bench/ddp.c bench/optim.c bench/grid.c \
-           bench/schedule.c bench/strategy.c bench/train.c bench/power.c bench/energy.c bench/watchdog.c bench/stats.c \
-           bench/peak.c bench/report.c bench/run.c bench/topo_main.c bench/links.c bench/links_gpu.c \
+           bench/resnet.c bench/workload.c bench/loss_log.c bench/mempool.c bench/npy.c bench/ddp.c bench/optim.c \
+           bench/grid.c bench/schedule.c bench/strategy.c bench/train.c bench/power.c bench/energy.c bench/watchdog.c \
+           bench/stats.c bench/peak.c bench/report.c bench/run.c bench/topo_main.c bench/links.c bench/links_gpu.c \
            bench/job_backend.c bench/csv.c bench/catalog.c bench/estimate.c bench/doctor.c topology/topo.c \
            topology/gpu_probe.c topology/gpu_p2p.c topology/gpu_bw.c topology/gpu_nccl.c topology/deadline.c \
            topology/nvml.c topology/topo_nvml.c topology/bind.c results/env.c results/summary.c results/results_json.c \

@@ -197,10 +197,8 @@ typedef struct {
     float *mlm_in, *mlm_pre, *mlm_act, *mlm_ln; /* (M, H) last stage */
     float *mlm_mean, *mlm_rstd;   /* (M) */
     float *logits;                /* (M, Vl), then dlogits */
-    float *xmax, *xsums;          /* (M), (M, 2): vocabulary-parallel softmax statistics */
     float *cls, *pool_pre, *pooled; /* (B, H) */
     float *nsp_logits;            /* (B, 2), then their gradient */
-    float *loss;                  /* (2) MLM and NSP loss sums */
 } bert_slot;
 
 typedef struct {
@@ -236,8 +234,8 @@ typedef struct {
     tfb_mempool pools[3];         /* parameters+gradients, activations, batches */
     int *perm;                    /* (seq_len) host work space for choosing masked positions */
     int *order_count;             /* (max(vocab, max_pos, type_vocab) + 1) host work space of tfb_embed_order */
-    float *xstats;                /* (3M) host copy of the vocabulary-parallel softmax statistics */
     int last_slot;                /* the slot of the last batch loaded (for --dump) */
+    int mb;                       /* the micro-batch running (its loss log entry) */
     int N, M, B;
 } bert_model;
 
@@ -286,14 +284,21 @@ static void plan_slot(tfb_mempool *p, bert_model *m, bert_slot *a) {
     if (!m->st.last) return;
     float **mh[] = {&a->mlm_in, &a->mlm_pre, &a->mlm_act, &a->mlm_ln};
     plan_n(p, mh, 4, M * H);
-    float **m1[] = {&a->mlm_mean, &a->mlm_rstd, &a->xmax};
-    plan_n(p, m1, 3, M);
-    tfb_mempool_add(p, (void **)&a->xsums, M * 2 * 4);
+    float **m1[] = {&a->mlm_mean, &a->mlm_rstd};
+    plan_n(p, m1, 2, M);
     tfb_mempool_add(p, (void **)&a->logits, M * (size_t)m->st.Vl * 4);
     float **bh[] = {&a->cls, &a->pool_pre, &a->pooled};
     plan_n(p, bh, 3, B * H);
     tfb_mempool_add(p, (void **)&a->nsp_logits, B * 2 * 4);
-    tfb_mempool_add(p, (void **)&a->loss, 2 * 4);
+}
+
+/* The last stage's loss log: per micro-batch the MLM sum (or, on a vocabulary shard, its row statistics) and the NSP
+ * sum; a micro-batch's loss is MLM sum / M + NSP sum / B. */
+static void plan_loss_log(tfb_mempool *p, bert_model *m) {
+    tfb_loss_log *log = &m->wl.loss_log;
+    tfb_loss_log_plan(log, p, m->st.T > 1 ? m->M : 0, 2, m->wc.microbatches);
+    log->weight[0] = 1.0 / m->M;
+    log->weight[1] = 1.0 / m->B;
 }
 
 /* Backward buffers shared by every micro-batch. */
@@ -467,6 +472,7 @@ static tfb_status bert_load_batch(void *self, int step, int mb, int slot) {
 static void set_micro_batch(bert_model *m, int step, int mb) {
     m->ctx.step = step;
     m->ctx.sample0 = (uint64_t)m->wc.sample0 + (uint64_t)mb * m->B;
+    m->mb = mb;
 }
 
 static tfb_status embeddings_fwd(bert_model *m, bert_slot *a, const bert_batch *d) {
@@ -486,41 +492,25 @@ static tfb_status embeddings_fwd(bert_model *m, bert_slot *a, const bert_batch *
                            bert_dropout_key(&m->ctx, 0, m->ctx.sample0 * (size_t)m->wc.seq_len * H));
 }
 
-/* MLM loss of the micro-batch, launched: one pass on a whole vocabulary (sum into loss[0]), three with all-reduces
- * on a shard (row statistics into xmax and xsums). Nothing is read back here. */
+/* MLM loss of the micro-batch into its loss log entry: one pass on a whole vocabulary (sum 0), three with
+ * all-reduces on a shard (the row statistics, which the backward pass reads too). Nothing is read back here. */
 static tfb_status mlm_loss_launch(bert_model *m, bert_slot *a, const bert_batch *d) {
     tfb_backend *be = m->be;
+    const tfb_loss_log *log = &m->wl.loss_log;
     int M = m->M, Vl = m->st.Vl;
-    if (m->st.T == 1) return be->xent_fwd(be->ctx, &a->loss[0], a->logits, d->mlm_labels, M, Vl);
-    TFB_CHECK(be->xent_shard_max(be->ctx, a->xmax, a->logits, M, Vl, m->st.valid));
-    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, a->xmax, (size_t)M, TFB_MAX));
-    TFB_CHECK(be->xent_shard_sum(be->ctx, a->xsums, a->logits, d->mlm_labels, a->xmax, M, Vl, m->st.valid, m->st.v0));
-    return tfb_workload_tp_allreduce(&m->wl, m->wc.tp, a->xsums, (size_t)2 * M, TFB_SUM);
+    float *xmax = tfb_loss_log_rowmax(log, m->mb), *xsums = tfb_loss_log_rowsums(log, m->mb);
+    if (!xmax) return TFB_ERR_STATE;
+    if (m->st.T == 1) return be->xent_fwd(be->ctx, tfb_loss_log_sums(log, m->mb), a->logits, d->mlm_labels, M, Vl);
+    TFB_CHECK(be->xent_shard_max(be->ctx, xmax, a->logits, M, Vl, m->st.valid));
+    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, xmax, (size_t)M, TFB_MAX));
+    TFB_CHECK(be->xent_shard_sum(be->ctx, xsums, a->logits, d->mlm_labels, xmax, M, Vl, m->st.valid, m->st.v0));
+    return tfb_workload_tp_allreduce(&m->wl, m->wc.tp, xsums, (size_t)2 * M, TFB_SUM);
 }
 
-/* The MLM and NSP loss sums, read back once both are launched: each copy waits for the stream, so on a whole
- * vocabulary the heads read both sums in one copy (on a shard, the row statistics and then the sums). */
-static tfb_status losses_read(bert_model *m, bert_slot *a, double *mlm, float *nsp) {
-    tfb_backend *be = m->be;
-    int M = m->M;
-    float s[2], *h = m->xstats; /* s: loss[0] (whole vocabulary only) and loss[1] */
-    if (m->st.T > 1) {
-        TFB_CHECK(be->copy_d2h(be->ctx, h, a->xmax, (size_t)M * 4));
-        TFB_CHECK(be->copy_d2h(be->ctx, h + M, a->xsums, (size_t)M * 8));
-    }
-    TFB_CHECK(be->copy_d2h(be->ctx, s, a->loss, sizeof s));
-    *nsp = s[1];
-    *mlm = m->st.T == 1 ? s[0] : 0.0;
-    for (int i = 0; i < M && m->st.T > 1; i++) *mlm += log((double)h[M + 2 * i]) + h[i] - h[M + 2 * i + 1];
-    return TFB_OK;
-}
-
-static tfb_status heads_fwd(bert_model *m, bert_slot *a, const bert_batch *d, const float *y, double *loss) {
+static tfb_status heads_fwd(bert_model *m, bert_slot *a, const bert_batch *d, const float *y) {
     tfb_backend *be = m->be;
     bert_ctx *c = &m->ctx;
     int M = m->M, B = m->B, H = m->cfg.hidden;
-    double mlm;
-    float nsp;
     TFB_CHECK(be->embedding_fwd(be->ctx, a->mlm_in, y, d->mlm_rows, M, H, 0));
     TFB_CHECK(bert_linear_fwd(c, a->mlm_pre, a->mlm_in, m->w.mlm_w, NULL, M, H, H));
     TFB_CHECK(be->bias_act_fwd(be->ctx, TFB_ACT_GELU, a->mlm_act, TFB_F32, a->mlm_pre, TFB_F32, m->w.mlm_b, M, H));
@@ -532,10 +522,7 @@ static tfb_status heads_fwd(bert_model *m, bert_slot *a, const bert_batch *d, co
     TFB_CHECK(bert_linear_fwd(c, a->pool_pre, a->cls, m->w.pool_w, m->w.pool_b, B, H, H));
     TFB_CHECK(be->act_fwd(be->ctx, TFB_ACT_TANH, a->pooled, a->pool_pre, (size_t)B * H));
     TFB_CHECK(bert_linear_fwd(c, a->nsp_logits, a->pooled, m->w.nsp_w, m->w.nsp_b, B, H, 2));
-    TFB_CHECK(be->xent_fwd(be->ctx, &a->loss[1], a->nsp_logits, d->nsp_labels, B, 2));
-    TFB_CHECK(losses_read(m, a, &mlm, &nsp));
-    *loss = mlm / M + (double)nsp / B;
-    return TFB_OK;
+    return be->xent_fwd(be->ctx, tfb_loss_log_sums(&m->wl.loss_log, m->mb) + 1, a->nsp_logits, d->nsp_labels, B, 2);
 }
 
 /* The stage's output: the last layer's, or the embeddings' when it holds no layer. */
@@ -551,7 +538,7 @@ static tfb_status layer_fwd(bert_model *m, int l, const float *x, bert_layer_act
     return bert_layer_fwd(&m->ctx, l, &m->w.layer[l], x, &into);
 }
 
-static tfb_status bert_forward(void *self, int step, int mb, int slot, double *loss) {
+static tfb_status bert_forward(void *self, int step, int mb, int slot) {
     bert_model *m = self;
     bert_slot *a = &m->slot[slot];
     TFB_CHECK(tfb_workload_slot_take(&m->wl, slot, m->wc.slots, m->busy));
@@ -566,10 +553,9 @@ static tfb_status bert_forward(void *self, int step, int mb, int slot, double *l
         TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, 1 + l, t0));
         x = a->layer[l].y;
     }
-    *loss = 0;
     if (!m->st.last) return TFB_OK;
     t0 = tfb_workload_unit_start(&m->wl, m->be);
-    TFB_CHECK(heads_fwd(m, a, &m->dev[slot], x, loss));
+    TFB_CHECK(heads_fwd(m, a, &m->dev[slot], x));
     return tfb_workload_unit_stop(&m->wl, m->be, m->cfg.layers + 1, t0);
 }
 
@@ -578,10 +564,11 @@ static tfb_status bert_forward(void *self, int step, int mb, int slot, double *l
 /* dlogits and the input gradient of the tied decoder; on a vocabulary shard the input gradient is summed. */
 static tfb_status decoder_bwd(bert_model *m, bert_slot *a, const bert_batch *d, float scale) {
     tfb_backend *be = m->be;
+    const tfb_loss_log *log = &m->wl.loss_log;
     int M = m->M, H = m->cfg.hidden, Vl = m->st.Vl;
     if (m->st.T == 1) TFB_CHECK(be->xent_bwd(be->ctx, a->logits, a->logits, d->mlm_labels, M, Vl, scale));
-    else TFB_CHECK(be->xent_shard_bwd(be->ctx, a->logits, a->logits, d->mlm_labels, a->xmax, a->xsums, M, Vl,
-                                      m->st.valid, m->st.v0, scale));
+    else TFB_CHECK(be->xent_shard_bwd(be->ctx, a->logits, a->logits, d->mlm_labels, tfb_loss_log_rowmax(log, m->mb),
+                                      tfb_loss_log_rowsums(log, m->mb), M, Vl, m->st.valid, m->st.v0, scale));
     return bert_col_parallel_bwd(&m->ctx, m->dm1, m->g.word_emb, m->g.mlm_dec_b, a->logits, a->mlm_ln, m->w.word_emb,
                                  M, H, Vl);
 }
@@ -711,7 +698,7 @@ static void bert_destroy(void *self) {
     free(m->ahead_mem);
     free(m->perm);
     free(m->order_count);
-    free(m->xstats);
+    tfb_loss_log_free(&m->wl.loss_log);
     free(m->wl.unit_s);
     free(m);
 }
@@ -781,6 +768,7 @@ static void plan_pools(bert_model *m) {
     m->wl.mem.grads = m->pools[0].bytes - m->wl.mem.params;
     plan_lowp(&m->pools[1], m);
     plan_shared(&m->pools[1], m);
+    if (m->st.last) plan_loss_log(&m->pools[1], m);
     size_t before = m->pools[1].bytes;
     for (int i = 0; i < m->wc.slots; i++) plan_slot(&m->pools[1], m, &m->slot[i]);
     m->wl.slot_bytes = (m->pools[1].bytes - before) / (size_t)m->wc.slots;
@@ -807,6 +795,7 @@ static tfb_status plan_all(bert_model *m) {
     plan_pools(m);
     if (m->wc.plan_only) return TFB_OK;
     for (int i = 0; i < 3; i++) TFB_CHECK(tfb_mempool_commit(&m->pools[i], m->be, i == 2));
+    TFB_CHECK(tfb_loss_log_host_alloc(&m->wl.loss_log));
     chain_layer_casts(m);
     int **dev[BATCH_ARRAYS], **host[BATCH_ARRAYS];
     size_t n[BATCH_ARRAYS];
@@ -858,11 +847,10 @@ static tfb_status alloc_host_state(bert_model *m) {
     m->dev = calloc((size_t)S, sizeof *m->dev);
     m->host = calloc((size_t)S, sizeof *m->host);
     m->perm = malloc((size_t)m->wc.seq_len * sizeof(int));
-    m->xstats = malloc(((size_t)m->M * 3 + 1) * sizeof(float));
     int vals = m->cfg.vocab > m->cfg.max_pos ? m->cfg.vocab : m->cfg.max_pos;
     vals = vals > m->cfg.type_vocab ? vals : m->cfg.type_vocab;
     m->order_count = malloc(((size_t)vals + 1) * sizeof(int));
-    if (!m->xstats || !m->w.layer || !m->g.layer || !m->slot || !m->busy || !m->dev || !m->host || !m->perm ||
+    if (!m->w.layer || !m->g.layer || !m->slot || !m->busy || !m->dev || !m->host || !m->perm ||
         !m->order_count)
         return TFB_ERR_NOMEM;
     for (int i = 0; i < S; i++)

@@ -75,7 +75,7 @@ typedef struct {
     rn_block *blocks;          /* [n_blocks], this stage's bound */
     float *x_in;               /* (in_elems) received from the previous stage */
     float *pooled, *pooled_full; /* (n, feat / T), (n, feat) */
-    float *logits, *xmax, *xsums, *loss; /* (n, classes_l), (n), (n, 2), (1) */
+    float *logits;             /* (n, classes_l) */
     float *images;             /* (n, 3, image, image) */
     int *labels;               /* (n) */
 } rn_net;
@@ -412,9 +412,6 @@ static void plan_net(resnet_model *m, rn_net *net) {
     tfb_mempool_add(a, (void **)&net->pooled, n * (size_t)(m->feat / m->T) * 4);
     tfb_mempool_add(a, (void **)&net->pooled_full, n * (size_t)m->feat * 4);
     tfb_mempool_add(a, (void **)&net->logits, n * (size_t)m->classes_l * 4);
-    tfb_mempool_add(a, (void **)&net->xmax, n * 4);
-    tfb_mempool_add(a, (void **)&net->xsums, n * 2 * 4);
-    tfb_mempool_add(a, (void **)&net->loss, 4);
     tfb_mempool_add(&m->pools[3], (void **)&net->labels, n * 4);
     if (n * (size_t)m->feat > m->max_full) m->max_full = n * (size_t)m->feat;
     if (n * (size_t)m->feat > m->max_act) m->max_act = n * (size_t)m->feat;
@@ -683,36 +680,25 @@ static tfb_status gemm(resnet_model *m, int ta, int tb, int M, int N, int K, con
     return m->be->gemm(m->be->ctx, &d);
 }
 
-/* Loss sum of the micro-batch: one pass on all classes, three with all-reduces on a class shard. */
-static tfb_status head_loss(resnet_model *m, rn_net *net, double *sum) {
+/* Loss of micro-batch mb into its loss log entry: one pass on all classes (sum 0), three with all-reduces on a
+ * class shard (the row statistics, which the backward pass reads too). Nothing is read back here. */
+static tfb_status head_loss(resnet_model *m, rn_net *net, int mb) {
     tfb_backend *be = m->be;
+    const tfb_loss_log *log = &m->wl.loss_log;
     int n = m->n, K = m->classes_l;
-    if (m->T == 1) {
-        float s;
-        TFB_CHECK(be->xent_fwd(be->ctx, net->loss, net->logits, net->labels, n, K));
-        TFB_CHECK(be->copy_d2h(be->ctx, &s, net->loss, sizeof s));
-        *sum = s;
-        return TFB_OK;
-    }
-    float h[3 * 1024];
-    if (n > 1024) return TFB_ERR_ARG;
-    TFB_CHECK(be->xent_shard_max(be->ctx, net->xmax, net->logits, n, K, m->classes_valid));
-    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, net->xmax, (size_t)n, TFB_MAX));
-    TFB_CHECK(be->xent_shard_sum(be->ctx, net->xsums, net->logits, net->labels, net->xmax, n, K, m->classes_valid,
-                                 m->t * K));
-    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, net->xsums, (size_t)2 * n, TFB_SUM));
-    TFB_CHECK(be->copy_d2h(be->ctx, h, net->xmax, (size_t)n * 4));
-    TFB_CHECK(be->copy_d2h(be->ctx, h + n, net->xsums, (size_t)n * 8));
-    *sum = 0;
-    for (int i = 0; i < n; i++) *sum += log((double)h[n + 2 * i]) + h[i] - h[n + 2 * i + 1];
-    return TFB_OK;
+    float *xmax = tfb_loss_log_rowmax(log, mb), *xsums = tfb_loss_log_rowsums(log, mb);
+    if (!xmax) return TFB_ERR_STATE;
+    if (m->T == 1) return be->xent_fwd(be->ctx, tfb_loss_log_sums(log, mb), net->logits, net->labels, n, K);
+    TFB_CHECK(be->xent_shard_max(be->ctx, xmax, net->logits, n, K, m->classes_valid));
+    TFB_CHECK(tfb_workload_tp_allreduce(&m->wl, m->wc.tp, xmax, (size_t)n, TFB_MAX));
+    TFB_CHECK(be->xent_shard_sum(be->ctx, xsums, net->logits, net->labels, xmax, n, K, m->classes_valid, m->t * K));
+    return tfb_workload_tp_allreduce(&m->wl, m->wc.tp, xsums, (size_t)2 * n, TFB_SUM);
 }
 
-static tfb_status head_fwd(resnet_model *m, rn_net *net, const float *x, int hw, double *loss) {
+static tfb_status head_fwd(resnet_model *m, rn_net *net, const float *x, int hw, int mb) {
     tfb_backend *be = m->be;
     int n = m->n, C = m->feat, K = m->classes_l;
     const void *pooled;
-    double sum;
     TFB_CHECK(be->avgpool_fwd(be->ctx, net->pooled, x, n, C / m->T, hw, m->layout));
     const float *whole = net->pooled;
     if (m->T > 1) {
@@ -722,9 +708,7 @@ static tfb_status head_fwd(resnet_model *m, rn_net *net, const float *x, int hw,
     TFB_CHECK(lp_act(m, 0, whole, (size_t)n * C, &pooled));
     TFB_CHECK(gemm(m, 0, 1, n, K, C, pooled, C, lp_weight(m, m->fc_w), C, 0.0f, net->logits, K));
     TFB_CHECK(be->bias_add(be->ctx, net->logits, m->fc_b, n, K));
-    TFB_CHECK(head_loss(m, net, &sum));
-    *loss = sum / n;
-    return TFB_OK;
+    return head_loss(m, net, mb);
 }
 
 /* The stem's 3 x 3, stride 2 max pool of the stem convolution's output. */
@@ -768,12 +752,11 @@ static void use_recompute_buffers(resnet_model *m, rn_block *b) {
     b->in_full = m->rc_in_full;
 }
 
-static tfb_status resnet_forward(void *self, int step, int mb, int slot, double *loss) {
+static tfb_status resnet_forward(void *self, int step, int mb, int slot) {
     resnet_model *m = self;
     rn_net *net = &m->net[slot];
     tfb_status st = TFB_OK;
     (void)step;
-    (void)mb;
     TFB_CHECK(tfb_workload_slot_take(&m->wl, slot, m->wc.slots, m->busy));
     double t0 = tfb_workload_unit_start(&m->wl, m->be);
     const void *x = has_stem(m) ? stem_fwd(m, net, &st) : net->x_in;
@@ -791,11 +774,10 @@ static tfb_status resnet_forward(void *self, int step, int mb, int slot, double 
         x_type = net->blocks[b].out_type;
         b_last = b;
     }
-    *loss = 0;
     if (!has_head(m)) return TFB_OK;
     t0 = tfb_workload_unit_start(&m->wl, m->be);
     if (x_type != TFB_F32) return TFB_ERR_STATE; /* the stage's last block writes FP32 */
-    TFB_CHECK(head_fwd(m, net, x, block_hw(m, net, b_last), loss));
+    TFB_CHECK(head_fwd(m, net, x, block_hw(m, net, b_last), mb));
     return tfb_workload_unit_stop(&m->wl, m->be, m->n_units - 1, t0);
 }
 
@@ -874,14 +856,16 @@ static tfb_status block_bwd(resnet_model *m, rn_block *b, void *g_out, int maske
     return block_input_grad(m, g_in, g_in, b->has_proj ? NULL : g_out, ot, in_relu, it, n_in);
 }
 
-static tfb_status head_bwd(resnet_model *m, rn_net *net, float loss_scale, float *g, int hw) {
+static tfb_status head_bwd(resnet_model *m, rn_net *net, int mb, float loss_scale, float *g, int hw) {
     tfb_backend *be = m->be;
+    const tfb_loss_log *log = &m->wl.loss_log;
     int n = m->n, C = m->feat, K = m->classes_l;
     const void *dl, *pooled;
     const float *whole = m->T > 1 ? net->pooled_full : net->pooled;
     if (m->T == 1) TFB_CHECK(be->xent_bwd(be->ctx, net->logits, net->logits, net->labels, n, K, loss_scale / n));
-    else TFB_CHECK(be->xent_shard_bwd(be->ctx, net->logits, net->logits, net->labels, net->xmax, net->xsums, n, K,
-                                      m->classes_valid, m->t * K, loss_scale / n));
+    else TFB_CHECK(be->xent_shard_bwd(be->ctx, net->logits, net->logits, net->labels, tfb_loss_log_rowmax(log, mb),
+                                      tfb_loss_log_rowsums(log, mb), n, K, m->classes_valid, m->t * K,
+                                      loss_scale / n));
     TFB_CHECK(lp_act(m, 0, net->logits, (size_t)n * K, &dl));
     TFB_CHECK(lp_act(m, 1, whole, (size_t)n * C, &pooled));
     TFB_CHECK(gemm(m, 1, 0, K, C, n, dl, K, pooled, C, 1.0f, m->dfc_w, C));
@@ -939,12 +923,11 @@ static tfb_status resnet_backward(void *self, int step, int mb, int slot, float 
     resnet_model *m = self;
     rn_net *net = &m->net[slot];
     (void)step;
-    (void)mb;
     float *g_out = m->g[0], *g_in = m->g[1];
     int b_hi = stage_last_block(m);
     double t0 = tfb_workload_unit_start(&m->wl, m->be);
     if (has_head(m)) {
-        TFB_CHECK(head_bwd(m, net, loss_scale, g_out, block_hw(m, net, b_hi)));
+        TFB_CHECK(head_bwd(m, net, mb, loss_scale, g_out, block_hw(m, net, b_hi)));
         TFB_CHECK(tfb_workload_unit_stop(&m->wl, m->be, m->n_units - 1, t0));
         TFB_CHECK(ready(rctx, m->fc_w_off));
     }
@@ -1024,6 +1007,7 @@ static void resnet_destroy(void *self) {
     free(m->net);
     free(m->busy);
     free(m->wl.unit_s);
+    tfb_loss_log_free(&m->wl.loss_log);
     free(m);
 }
 
@@ -1094,6 +1078,10 @@ static void plan_pools(resnet_model *m) {
     m->wl.slot_bytes = (m->pools[1].bytes - before) / (size_t)m->wc.slots;
     m->wl.mem.activations = m->pools[1].bytes - before;
     plan_shared(m);
+    if (has_head(m)) { /* the loss log: per micro-batch the loss sum (or its row statistics on a class shard) */
+        tfb_loss_log_plan(&m->wl.loss_log, &m->pools[1], m->T > 1 ? m->n : 0, 1, m->wc.microbatches);
+        m->wl.loss_log.weight[0] = 1.0 / m->n;
+    }
     m->wl.mem.workspace = m->pools[1].bytes - m->wl.mem.activations + m->pools[2].bytes;
     m->wl.mem.inputs = m->pools[3].bytes;
     m->wl.bytes_planned = m->pools[0].bytes + m->pools[1].bytes + m->pools[2].bytes + m->pools[3].bytes;
@@ -1103,6 +1091,7 @@ static tfb_status plan_all(resnet_model *m) {
     plan_pools(m);
     if (m->wc.plan_only) return TFB_OK;
     for (int i = 0; i < 4; i++) TFB_CHECK(tfb_mempool_commit(&m->pools[i], m->be, i == 3));
+    TFB_CHECK(tfb_loss_log_host_alloc(&m->wl.loss_log));
     return TFB_OK;
 }
 

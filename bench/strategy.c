@@ -109,7 +109,7 @@ tfb_workload_config tfb_strategy_workload_config(const tfb_options *o, const tfb
                                  .fixed_batch = o->fixed_batch, .image_size = o->image_size,
                                  .sync_bn = o->sync_bn, .layout = o->act_layout, .checkpointing = o->checkpointing,
                                  .fused_attention = o->fused_attention, .dp_size = s->dp, .pp_size = s->pp, .pp_rank = pp_rank,
-                                 .slots = slots};
+                                 .slots = slots, .microbatches = s->microbatches};
 }
 
 int tfb_strategy_slots(const tfb_strategy *s, int pp_rank) {

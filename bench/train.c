@@ -240,16 +240,13 @@ static tfb_status transfer(train_ctx *t, const tfb_op *op) {
     }
 }
 
-static tfb_status compute(train_ctx *t, const tfb_op *op, int step, double *loss_sum) {
+static tfb_status compute(train_ctx *t, const tfb_op *op, int step) {
     tfb_workload *wl = t->wl;
     int M = t->s->microbatches, sl;
     if (op->kind == TFB_OP_FWD) {
-        double loss = 0;
         if ((sl = slot_for(t, op->mb)) < 0) return TFB_ERR_STATE;
         TFB_CHECK(wl->load_batch(wl->self, step, op->mb, sl));
-        TFB_CHECK(wl->forward(wl->self, step, op->mb, sl, &loss));
-        *loss_sum += loss;
-        return TFB_OK;
+        return wl->forward(wl->self, step, op->mb, sl);
     }
     int last = op->mb == M - 1; /* gradients are complete (for the data-parallel buckets) in the last backward */
     TFB_CHECK(wl->backward(wl->self, step, op->mb, t->slot_of[op->mb], (float)(t->scaler.scale / M),
@@ -294,14 +291,14 @@ static tfb_status step_phases(train_ctx *t, double ph[TFB_N_PHASES]) {
 }
 
 /* Walks the schedule, marking the end of each forward, backward and pipeline transfer. */
-static tfb_status run_schedule(train_ctx *t, int step, double *loss_sum) {
+static tfb_status run_schedule(train_ctx *t, int step) {
     for (int i = 0; i < t->n_ops; i++) {
         const tfb_op *op = &t->ops[i];
         int is_compute = op->kind == TFB_OP_FWD || op->kind == TFB_OP_BWD;
         tfb_watchdog_mark(op->kind == TFB_OP_FWD ? "forward" : op->kind == TFB_OP_BWD ? "backward"
                                                                                         : "a pipeline transfer", step);
         t->phase = op->kind == TFB_OP_FWD ? TFB_PHASE_FWD : op->kind == TFB_OP_BWD ? TFB_PHASE_BWD : TFB_PHASE_PIPE;
-        TFB_CHECK(is_compute ? compute(t, op, step, loss_sum) : transfer(t, op));
+        TFB_CHECK(is_compute ? compute(t, op, step) : transfer(t, op));
         TFB_CHECK(phase_mark(t, t->phase));
     }
     return TFB_OK;
@@ -378,7 +375,7 @@ static tfb_status train_step(train_ctx *t, int step, double ph[TFB_N_PHASES], do
     TFB_CHECK(phase_mark(t, TFB_PHASE_FWD)); /* zeroing the gradients counts with the forward phase */
     t->wl->mark = workload_mark;
     t->wl->mark_ctx = t;
-    tfb_status st = run_schedule(t, step, &loss_sum);
+    tfb_status st = run_schedule(t, step);
     t->wl->mark = NULL;
     TFB_CHECK(st);
     tfb_watchdog_mark("the gradient all-reduce", step);
@@ -392,6 +389,8 @@ static tfb_status train_step(train_ctx *t, int step, double ph[TFB_N_PHASES], do
     if (t->wl->prepare_batch) TFB_CHECK(t->wl->prepare_batch(t->wl->self, step + 1, 0));
     TFB_CHECK(be->sync(be->ctx));
     TFB_CHECK(step_phases(t, ph));
+    /* the micro-batches' losses, read in one copy once the device is idle (no forward pass waited for its own) */
+    TFB_CHECK(tfb_loss_log_read(&t->wl->loss_log, be, t->s->microbatches, &loss_sum));
     t->tp_bytes = t->wl->tp_bus_bytes;
     int reports = t->wl->last_stage && t->lay.tp_rank == 0;
     *loss = reports ? loss_sum / t->s->microbatches : 0.0;

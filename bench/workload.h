@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "comm.h"
+#include "loss_log.h"
 #include "../kernels/backend.h"
 
 /* How a parameter is split over the tensor-parallel group. */
@@ -76,6 +77,7 @@ typedef struct {
     tfb_comm *tp;            /* the tensor-parallel group (size 1 or NULL: none) */
     int pp_size, pp_rank;    /* pipeline stages and this rank's stage */
     int slots;               /* activation sets to plan: micro-batches this stage holds at once */
+    int microbatches;        /* micro-batches per step (the loss log's entries; 0 counts as 1) */
     const double *unit_costs;/* [units] cost of each unit for the pipeline partition; NULL: forward FLOPs */
     int time_units;          /* measure each unit's forward + backward time into tfb_workload.unit_s */
     int plan_only;           /* plan the pools and fill tfb_workload.mem; allocate and initialise nothing */
@@ -112,6 +114,7 @@ struct tfb_workload {
     size_t in_elems, out_elems;    /* floats per micro-batch received from the previous / sent to the next stage */
     size_t tied_offset, tied_numel;/* gradient to sum with the other end of the pipeline (0 elements: none) */
     int slots_in_use, slots_peak;  /* activation sets holding a micro-batch now, and the most at once */
+    tfb_loss_log loss_log;         /* each micro-batch's loss, on the last stage (dev NULL elsewhere) */
     /* The driver's timing marks while a step runs (NULL otherwise): the workload marks around what it does not time
      * as its own work, with no synchronisation; the driver reads the marks after the step and fills these two. */
     tfb_mark_fn mark;
@@ -126,8 +129,9 @@ struct tfb_workload {
     /* Optional: make a micro-batch's inputs on the host ahead of its load_batch, which then only uploads them (the
      * driver calls it for the next step's first micro-batch while the device finishes this step). */
     tfb_status (*prepare_batch)(void *self, int step, int mb);
-    /* Forward of micro-batch mb into activation set `slot`; on the last stage *loss is its mean loss. */
-    tfb_status (*forward)(void *self, int step, int mb, int slot, double *loss);
+    /* Forward of micro-batch mb into activation set `slot`; on the last stage its loss goes into loss_log's entry
+     * mb, read back after the step (tfb_loss_log_read), so nothing here waits for the device. */
+    tfb_status (*forward)(void *self, int step, int mb, int slot);
     /* Backward of the micro-batch in `slot` (frees it); gradients accumulate. loss_scale includes 1/microbatches. */
     tfb_status (*backward)(void *self, int step, int mb, int slot, float loss_scale, tfb_grad_ready_fn ready,
                            void *ready_ctx);

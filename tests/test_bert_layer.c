@@ -163,7 +163,7 @@ static int model_forward_casts(tfb_backend *be, int checkpointing, double *loss)
     if (bert_create(cfg, &wc, &counting, &wl) != TFB_OK) return -1;
     int ok = wl->load_batch(wl->self, 0, 0, 0) == TFB_OK;
     casts = 0;
-    ok &= wl->forward(wl->self, 0, 0, 0, loss) == TFB_OK;
+    ok &= wl->forward(wl->self, 0, 0, 0) == TFB_OK && tfb_loss_log_read(&wl->loss_log, &counting, 1, loss) == TFB_OK;
     int n = casts;
     wl->destroy(wl->self);
     return ok ? n : -1;
@@ -189,7 +189,8 @@ static double model_forward_loss(tfb_backend *be, int step, int ahead) {
     double loss = NAN;
     if (bert_create(bert_config_find("bert-mini"), &wc, be, &wl) != TFB_OK) return NAN;
     int ok = ahead < 0 || (wl->prepare_batch && wl->prepare_batch(wl->self, ahead, 0) == TFB_OK);
-    ok = ok && wl->load_batch(wl->self, step, 0, 0) == TFB_OK && wl->forward(wl->self, step, 0, 0, &loss) == TFB_OK;
+    ok = ok && wl->load_batch(wl->self, step, 0, 0) == TFB_OK && wl->forward(wl->self, step, 0, 0) == TFB_OK &&
+         tfb_loss_log_read(&wl->loss_log, be, 1, &loss) == TFB_OK;
     wl->destroy(wl->self);
     return ok ? loss : NAN;
 }
@@ -205,6 +206,55 @@ static void test_batch_made_ahead(tfb_backend *be) {
            ahead, stale, other);
 }
 
+static int waits; /* copies to the host and synchronisations */
+static tfb_status count_d2h(void *ctx, void *dst, const void *src, size_t bytes) {
+    waits++;
+    return inner->copy_d2h(ctx, dst, src, bytes);
+}
+static tfb_status count_sync(void *ctx) {
+    waits++;
+    return inner->sync(ctx);
+}
+static tfb_status no_ready(void *ctx, size_t watermark) {
+    (void)ctx, (void)watermark;
+    return TFB_OK;
+}
+
+/* Micro-batch mb of step 0 through one activation set: forward (waits counted), then backward (frees the set). */
+static int micro_batch(tfb_workload *wl, int mb, int *forward_waits) {
+    if (wl->load_batch(wl->self, 0, mb, 0) != TFB_OK) return 0;
+    waits = 0;
+    int ok = wl->forward(wl->self, 0, mb, 0) == TFB_OK;
+    *forward_waits += waits;
+    return ok && wl->backward(wl->self, 0, mb, 0, 0.5f, no_ready, NULL) == TFB_OK;
+}
+
+/* The forward pass reads nothing back: each micro-batch's loss stays in its own loss log entry until the driver
+ * reads the step's entries in one copy (two micro-batches here; the second leaves the first's entry alone). */
+static void test_forward_reads_nothing_back(tfb_backend *be) {
+    tfb_backend counting = *be;
+    counting.copy_d2h = count_d2h;
+    counting.sync = count_sync;
+    inner = be;
+    tfb_workload_config wc = {.local_batch = 2, .global_batch = 4, .seq_len = 16, .masked = 3, .gemm_type = TFB_F32,
+                              .dropout = 0.1f, .seed = 5, .dp_size = 1, .pp_size = 1, .slots = 1, .microbatches = 2};
+    tfb_workload *wl = NULL;
+    int fwd_waits = 0, read_waits = -1, ok = bert_create(bert_config_find("bert-mini"), &wc, &counting, &wl) == TFB_OK;
+    double first = NAN, again = NAN, both = NAN, past = NAN;
+    ok = ok && micro_batch(wl, 0, &fwd_waits) && tfb_loss_log_read(&wl->loss_log, &counting, 1, &first) == TFB_OK;
+    ok = ok && micro_batch(wl, 1, &fwd_waits) && tfb_loss_log_read(&wl->loss_log, &counting, 1, &again) == TFB_OK;
+    waits = 0;
+    ok = ok && tfb_loss_log_read(&wl->loss_log, &counting, 2, &both) == TFB_OK;
+    read_waits = waits;
+    ok = ok && tfb_loss_log_read(&wl->loss_log, &counting, 3, &past) == TFB_ERR_STATE; /* past the step's entries */
+    if (wl) wl->destroy(wl->self);
+    EXPECT("bert_forward_reads_nothing_back_loss_log_read_once", ok && fwd_waits == 0 && read_waits == 1 &&
+                                                                    isfinite(first) && first == again &&
+                                                                    isfinite(both - first) && both - first != first,
+           "ok %d, %d waits in forward, %d in the read; losses %.9g, %.9g after the second micro-batch, sum %.9g", ok,
+           fwd_waits, read_waits, first, again, both);
+}
+
 int main(void) {
     tfb_backend *be;
     char why[128];
@@ -217,6 +267,7 @@ int main(void) {
     run(be, TFB_BF16, 4e-2, "bf16_fused_attention", 1);
     test_layer_input_chain(be);
     test_batch_made_ahead(be);
+    test_forward_reads_nothing_back(be);
     be->destroy(be);
     return test_failures ? 1 : 0;
 }
