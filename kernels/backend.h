@@ -224,7 +224,9 @@ struct tfb_backend {
     void (*free)(void *ctx, void *p);
     /* bytes held through alloc() now and the most held at once since the last reset (a reset sets it to now) */
     void (*mem_stats)(void *ctx, size_t *in_use, size_t *peak, int reset_peak);
+    /* host to device: ordered after the work queued so far, src reusable on return (the copy may not have run) */
     tfb_status (*copy_h2d)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* device to host: waits for the work queued so far and the copy itself */
     tfb_status (*copy_d2h)(void *ctx, void *dst, const void *src, size_t bytes);
     tfb_status (*copy_d2d)(void *ctx, void *dst, const void *src, size_t bytes);
     tfb_status (*fill)(void *ctx, float *x, float value, size_t n);

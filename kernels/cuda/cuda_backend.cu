@@ -3,8 +3,10 @@
  * Memory: every alloc() is one cudaMalloc (never managed memory), zero-filled; tfbench's workloads carve their
  * tensors from a few pools, so this is called a handful of times per configuration. The bytes held and the peak
  * count the cuDNN workspace and staging buffers too. An allocation that does not fit says what was asked, what is
- * free, and how to find a batch that fits. Copies to and from the host wait for completion (the host buffer may be
- * reused at once); everything else is queued on the backend's stream. GEMM/convolution, the training ops and the
+ * free, and how to find a batch that fits. Copies to the host wait for completion. Copies from the host are queued
+ * on the stream without waiting for it: tfbench's host buffers are pageable, and CUDA consumes a pageable source
+ * (staging it) before cudaMemcpyAsync returns, so the buffer may be reused at once while a micro-batch's upload does
+ * not drain the stream. Everything else is queued on the backend's stream. GEMM/convolution, the training ops and the
  * shard ops are in the other cuda_*.cu files; communication (NCCL) is in cuda_comm.cu.
  */
 #include <sched.h>
@@ -125,10 +127,11 @@ tfb_status tfb_cuda_stream_wait(cuda_ctx *c) {
     }
 }
 
+/* Pageable src only (CUDA stages it before returning; a pinned src could still be read after the return). */
 static tfb_status cuda_copy_h2d(void *ctx, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     TFB_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
-    return tfb_cuda_stream_wait(c);
+    return TFB_OK;
 }
 
 static tfb_status cuda_copy_d2h(void *ctx, void *dst, const void *src, size_t bytes) {
