@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <ucontext.h>
 #include <map>
+#include <set>
 #include "cuda_emu.h"
 
 #define EMU_MAX_THREADS 1024
@@ -327,11 +328,14 @@ cudaError_t tfb_emu_pointer_attributes(cudaPointerAttributes *a, const void *p) 
 }
 
 /* Work runs when it is queued, so a stream has nothing pending and every event has happened; an event is checked
- * to be one that exists (created, not yet destroyed) wherever it is used. */
-enum : uint32_t { EVENT_LIVE = 0x45564e54u };
+ * to be one that exists (created, not yet destroyed) wherever it is used, against the set of live events. */
+static std::set<uintptr_t> &live_events(void) {
+    static std::set<uintptr_t> s;
+    return s;
+}
 
 static cudaError_t event_check(cudaEvent_t e) {
-    if (!e || *(uint32_t *)(void *)e != EVENT_LIVE) {
+    if (!live_events().count((uintptr_t)(void *)e)) {
         fprintf(stderr, "cuda emulator: an event used that was never created or was destroyed\n");
         abort();
     }
@@ -340,16 +344,16 @@ static cudaError_t event_check(cudaEvent_t e) {
 
 cudaError_t tfb_emu_event_create(cudaEvent_t *e, unsigned flags) {
     (void)flags;
-    uint32_t *p = (uint32_t *)malloc(sizeof *p);
+    void *p = malloc(1); /* a unique handle while the event lives */
     if (!p) return cudaErrorMemoryAllocation;
-    *p = EVENT_LIVE;
-    *e = (cudaEvent_t)(void *)p;
+    live_events().insert((uintptr_t)p);
+    *e = (cudaEvent_t)p;
     return cudaSuccess;
 }
 
 cudaError_t tfb_emu_event_destroy(cudaEvent_t e) {
     event_check(e);
-    *(uint32_t *)(void *)e = 0;
+    live_events().erase((uintptr_t)(void *)e);
     free((void *)e);
     return cudaSuccess;
 }

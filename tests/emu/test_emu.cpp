@@ -2,7 +2,8 @@
  * backend's kernels: barriers order shared memory, a missing barrier changes the result between the two thread
  * orders, warp shuffles move the right lanes' values, a launch CUDA rejects sets the last error, a shuffle that
  * part of its warp never reaches aborts with a message, tensor-core fragments multiply as loops do and a lane
- * sees another's stored elements only after __syncwarp, and a misaligned fragment load aborts. Written in CUDA
+ * sees another's stored elements only after __syncwarp, a misaligned fragment load aborts, and so does an event
+ * used after it was destroyed. Written in CUDA
  * syntax with tfb_emu_launch spelled out.
  */
 #include <signal.h>
@@ -62,19 +63,27 @@ __global__ void k_half_warp_shuffle(float *out) {
     out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
 }
 
-/* 1 when running the half-warp shuffle kills the process with SIGABRT (its message on stderr) */
-static int divergent_shuffle_aborts(void) {
+/* 1 when f, run in a child process, kills it with SIGABRT (the emulator's message on stderr, expected and kept
+ * quiet) */
+template <typename F> static int aborts(F f) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
-        float out[32];
-        if (!freopen("/dev/null", "w", stderr)) _exit(3); /* the abort's message is expected: keep it quiet */
-        tfb_emu_launch("k_half_warp_shuffle", [&] { k_half_warp_shuffle(out); }, 1, 32);
+        if (!freopen("/dev/null", "w", stderr)) _exit(3);
+        f();
         _exit(0);
     }
     int status = 0;
     waitpid(pid, &status, 0);
     return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+/* 1 when running the half-warp shuffle aborts */
+static int divergent_shuffle_aborts(void) {
+    return aborts([] {
+        float out[32];
+        tfb_emu_launch("k_half_warp_shuffle", [&] { k_half_warp_shuffle(out); }, 1, 32);
+    });
 }
 
 /* One warp: C (16 x 16, FP32) = A (16 x 32, row-major) B (32 x 16, column-major), FP16 operands staged in shared
@@ -131,17 +140,23 @@ __global__ void k_wmma_misaligned(const __half *a) {
 
 /* 1 when a fragment load from a pointer the GPU would refuse (not 32-byte aligned) aborts */
 static int wmma_misaligned_aborts(void) {
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
+    return aborts([] {
         alignas(32) static __half a[17 * 16];
-        if (!freopen("/dev/null", "w", stderr)) _exit(3);
         tfb_emu_launch("k_wmma_misaligned", [&] { k_wmma_misaligned(a); }, 1, 32);
-        _exit(0);
-    }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+    });
+}
+
+/* 1 when a live event records and waits, and the same event used after cudaEventDestroy aborts */
+static int destroyed_event_aborts(void) {
+    cudaEvent_t e = NULL;
+    cudaStream_t s = NULL;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return 0;
+    int live = cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess &&
+               cudaEventRecord(e, s) == cudaSuccess && cudaStreamWaitEvent(s, e, 0) == cudaSuccess &&
+               cudaEventQuery(e) == cudaSuccess && cudaEventDestroy(e) == cudaSuccess;
+    int dead = live && aborts([&] { cudaEventRecord(e, s); }) && aborts([&] { cudaStreamWaitEvent(s, e, 0); });
+    cudaStreamDestroy(s);
+    return dead;
 }
 
 __global__ void k_nothing(int *x) { x[0] = 1; }
@@ -166,5 +181,6 @@ int main(void) {
     EXPECT("emu_shuffle_missing_lanes_aborts", divergent_shuffle_aborts(), "no abort");
     EXPECT("emu_wmma_product_and_store_by_lane", wmma_right(), "wrong product, or another lane's store seen early");
     EXPECT("emu_wmma_misaligned_pointer_aborts", wmma_misaligned_aborts(), "no abort");
+    EXPECT("emu_event_used_after_destroy_aborts", destroyed_event_aborts(), "a live event failed, or no abort");
     return test_failures ? 1 : 0;
 }
