@@ -382,7 +382,9 @@ static tfb_status train_step(train_ctx *t, int step, double ph[TFB_N_PHASES], do
     TFB_CHECK(tfb_ddp_finish(&t->ddp));
     TFB_CHECK(tied_exchange(t));
     TFB_CHECK(phase_mark(t, TFB_PHASE_COMM));
-    tfb_watchdog_mark("the optimizer (finiteness all-reduce, update)", step);
+    /* the host's first wait in a step on a GPU: a collective or kernel queued earlier that never ends shows here */
+    tfb_watchdog_mark("the optimizer (finiteness check and all-reduce, update; on a GPU the check waits for all the "
+                      "device work and collectives the step queued)", step);
     TFB_CHECK(optimizer_phase(t, step));
     TFB_CHECK(phase_mark(t, TFB_PHASE_OPT));
     /* The next step's first micro-batch is made on the host while the device finishes this step. */
