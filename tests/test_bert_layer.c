@@ -2,7 +2,8 @@
  * reference PyTorch computed once (scripts/make-layer-fixture.py, tests/fixtures/bert_layer): the output, the input
  * gradient and every weight gradient, each within 1e-4 of the reference relative to its largest element (FP32).
  * Then the same layer in FP16 and BF16 (16-bit GEMM inputs) within the tolerance their rounding allows, and, on a
- * whole bert-mini, that each layer's LN2 hands the next layer its 16-bit input (no cast between layers).
+ * whole bert-mini, that each layer's LN2 hands the next layer its 16-bit input (no cast between layers) and that
+ * the forward pass reads nothing back (each micro-batch's loss waits in the loss log for the driver's one read).
  */
 #include <math.h>
 #include <stdlib.h>

@@ -2,8 +2,8 @@
  * checked against, in plain loops, one (sample, head) pair per OpenMP iteration, each thread's FP32 copy of its
  * pair carved from one scratch slot of the backend. It computes what the interface states in the order a reader
  * can follow: the scores of a row, their maximum and log-sum-exp, the dropped-out probabilities rounded to the
- * type where they meet V. It is deliberately neither tiled like the GPU kernels nor
- * fast: bert_layer.c takes it only when --attention fused is asked for on the CPU.
+ * type where they meet V. It is deliberately neither tiled like the GPU kernels nor fast: bert_layer.c takes it
+ * only when --attention fused is asked for on the CPU.
  */
 #include <math.h>
 #include <omp.h>
