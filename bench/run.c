@@ -316,6 +316,7 @@ static tfb_status run_job(run_ctx *r) {
     tfb_log_device = r->be->name;
     tfb_options_resolve_backend(&r->o, r->be->name);
     TFB_TRY(check_fused_attention(r));
+    tfb_watchdog_probe(r->be->pending_text, r->be->ctx);
     if (tfb_watchdog_start(r->world->rank, r->o.timeout) != 0) return TFB_ERR_NOMEM;
     time_t now = time(NULL);
     strftime(r->started_at, sizeof r->started_at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));

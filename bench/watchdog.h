@@ -1,12 +1,17 @@
 /* watchdog.h — ends a job that stops making progress. The run driver marks each phase it enters and the workloads
  * each unit they finish; a helper thread on every rank wakes once a second and, when neither has happened for
  * --timeout seconds, prints which operation this rank is stuck in and ends the process (the launcher then ends
- * the other ranks, whose watchdogs report their own operation). It never touches MPI: a hung collective cannot
- * block it.
+ * the other ranks, whose watchdogs report their own operation). On a GPU the host runs ahead of the device, so
+ * a probe (the backend's pending_text) adds what the device has not finished: the collective that never ended.
+ * It never touches MPI: a hung collective cannot block it.
  */
 #ifndef TFB_WATCHDOG_H
 #define TFB_WATCHDOG_H
 
+/* Before tfb_watchdog_start: what the device has not finished (tfb_backend.pending_text, NULL for none), printed on
+ * a line after the hang report. It runs on a thread of its own and is given PROBE_WAIT_S (2 s), so a call that
+ * blocks cannot keep a hung job alive. */
+void tfb_watchdog_probe(int (*text)(void *ctx, char *buf, size_t len), void *ctx);
 /* Starts the thread; timeout_s <= 0 leaves it off. */
 int tfb_watchdog_start(int rank, double timeout_s);
 /* The operation this rank is entering (a string literal) and the step it belongs to. */

@@ -250,6 +250,10 @@ struct tfb_backend {
     /* One line about the i-th convolution shape seen so far and the algorithms chosen for it: 1, or 0 past the
      * last. NULL when the backend chooses no algorithms (the CPU's im2col). */
     int (*conv_plan_text)(void *ctx, int i, char *buf, size_t len);
+    /* For a hang report, from the watchdog's thread while the host is stuck: the oldest work the device was given
+     * and has not finished (a collective, else the compute stream), as one phrase in buf, and 1; 0 when nothing is
+     * unfinished. NULL where each op has finished when it returns (the CPU backend: the host's place says it all). */
+    int (*pending_text)(void *ctx, char *buf, size_t len);
 
     /* dense algebra */
     tfb_status (*gemm)(void *ctx, const tfb_gemm_desc *d);

@@ -360,6 +360,19 @@ def test_cuda_emu_communicator():
     check("cuda_emu_nccl_async_error_ends_the_job_with_a_message", rc not in (0, None) and not os.path.exists(out)
           and re.search(r"tfbench\[rank \d, cuda:0\]: NCCL failed on a communicator of 2 ranks .*remote process", err),
           f"rc {rc} {err[-400:]!r}")
+    # a peer that stalls at step 3: the waiting rank's watchdog also names the collective the device has not finished
+    # (on a GPU the host has queued past it; here the emulated NCCL call has not returned), the first of step 3 on
+    # its communicator, so three steps' worth of operations came before it. The timeout leaves the emulated steps of
+    # a sanitizer build room: a rank waits for its peer's layer in every collective.
+    out = os.path.join(TMP, "emu_hang.json")
+    rc, err = run_job(["mpirun", "-np", "2", EMU_BIN] + EMU_BERT + [
+        "--device", "cuda", "--parallel", "tensor", "--steps", "6", "--warmup", "0", "--peak-tflops", "1",
+        "--progress", "off", "--inject-hang", "3", "--timeout", "10", "--output", out])
+    m = re.search(r"rank 0\]: the device has not finished: all-reduce, operation (\d+) on a communicator of 2 ranks "
+                  r"\(this rank is its rank 0\); 1 collective unfinished", err)
+    check("cuda_emu_hung_peer_report_names_the_unfinished_collective", rc not in (0, None) and m and
+          int(m.group(1)) > 1 and (int(m.group(1)) - 1) % 3 == 0 and "rank 1]: the device" not in err and
+          not os.path.exists(out), f"rc {rc} {err[-400:]!r}")
 
 
 def test_rank_failure():

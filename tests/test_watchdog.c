@@ -1,11 +1,14 @@
 /* test_watchdog.c — the watchdog (bench/watchdog.c) in child processes, since it ends the process it watches:
  * - a rank that finishes a workload unit (tfb_workload_unit_stop) more often than --timeout keeps running through a
  *   phase several times longer than the timeout (a large model on the CPU is not a hang);
- * - a rank that stops making progress is ended with exit status 124 and a message naming its operation and step.
+ * - a rank that stops making progress is ended with exit status 124 and a message naming its operation and step;
+ * - the backend's probe adds what the device has not finished, and a probe that never returns still lets the
+ *   watchdog end the rank (it says the device did not answer).
  * Not here: the job-wide behaviour (the launcher ending the other ranks), which tests/test_training.py checks.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -44,6 +47,28 @@ static void child_stuck(void) {
     _exit(0);
 }
 
+static int probe_answers(void *ctx, char *buf, size_t len) {
+    (void)ctx;
+    snprintf(buf, len, "a test collective");
+    return 1;
+}
+
+static int probe_blocks(void *ctx, char *buf, size_t len) {
+    (void)ctx; (void)buf; (void)len;
+    nap(1e6); /* far past the watchdog's wait for it */
+    return 0;
+}
+
+static void child_stuck_probed(void) {
+    tfb_watchdog_probe(probe_answers, NULL);
+    child_stuck();
+}
+
+static void child_stuck_probe_blocks(void) {
+    tfb_watchdog_probe(probe_blocks, NULL);
+    child_stuck();
+}
+
 /* Runs fn in a child; returns its exit status (-1: killed or not started) and its stderr in err. */
 static int run_child(void (*fn)(void), char *err, size_t len) {
     int fd[2];
@@ -72,6 +97,16 @@ int main(void) {
     rc = run_child(child_stuck, err, sizeof err);
     EXPECT("watchdog_ends_a_stuck_rank_naming_its_operation",
            rc == 124 && strstr(err, "stuck in a test stall at step 7") && strstr(err, "--timeout 2"),
+           "exit status %d, stderr: %s", rc, err);
+    EXPECT("watchdog_without_probe_says_nothing_of_a_device", !strstr(err, "device"), "stderr: %s", err);
+    rc = run_child(child_stuck_probed, err, sizeof err);
+    EXPECT("watchdog_adds_what_the_device_has_not_finished",
+           rc == 124 && strstr(err, "stuck in a test stall at step 7") &&
+               strstr(err, "rank 0]: the device has not finished: a test collective\n"),
+           "exit status %d, stderr: %s", rc, err);
+    rc = run_child(child_stuck_probe_blocks, err, sizeof err);
+    EXPECT("watchdog_ends_the_rank_when_the_probe_never_returns",
+           rc == 124 && strstr(err, "stuck in a test stall") && strstr(err, "did not say within 2 s"),
            "exit status %d, stderr: %s", rc, err);
     return test_failures ? 1 : 0;
 }

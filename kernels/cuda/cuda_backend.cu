@@ -148,6 +148,17 @@ static tfb_status cuda_copy_d2d(void *ctx, void *dst, const void *src, size_t by
 
 static tfb_status cuda_sync(void *ctx) { return tfb_cuda_stream_wait((cuda_ctx *)ctx); }
 
+/* Called from the watchdog's thread, which has no current device until this sets it; nothing here blocks. */
+static int cuda_pending_text(void *ctx, char *buf, size_t len) {
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    if (cudaSetDevice(c->device) != cudaSuccess) return 0;
+    if (tfb_cuda_comms_pending_text(c, buf, len)) return 1;
+    if (cudaStreamQuery(c->stream) != cudaErrorNotReady) return 0;
+    snprintf(buf, len, "a kernel or a copy on the compute stream%s",
+             c->comms ? " (every collective it remembers has finished)" : "");
+    return 1;
+}
+
 static tfb_status cuda_marks_reserve(void *ctx, int n) {
     cuda_ctx *c = (cuda_ctx *)ctx;
     if (n < 0) return TFB_ERR_ARG;
@@ -262,6 +273,7 @@ extern "C" tfb_status tfb_cuda_backend_create(int device, tfb_backend **out, cha
     be->sync = cuda_sync; be->destroy = cuda_destroy;
     be->marks_reserve = cuda_marks_reserve; be->mark = cuda_mark; be->mark_seconds = cuda_mark_seconds;
     be->comm_wrap = tfb_cuda_comm_wrap;
+    be->pending_text = cuda_pending_text;
     be->trace = tfb_cuda_trace;
     if (tfb_cuda_profile_open() && tfb_log_rank == 0)
         fprintf(stderr, "tfbench: kernel profile on (TFB_KERNEL_PROFILE): CUPTI records every kernel of the timed "

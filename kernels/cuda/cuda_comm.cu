@@ -11,16 +11,34 @@
  * wait, in the backend's sync and copies to the host: they poll ncclCommGetAsyncError of every communicator
  * (tfb_cuda_comms_poll), so a peer that died or an NCCL failure ends the job with a message naming the rank and
  * the last operation queued, and a peer that hangs is ended by tfbench's watchdog (bench/watchdog.c), which names
- * the operation this rank is in. NCCL's send and receive match in issue order per pair of ranks: the tag is not
- * used (tfbench's pipeline schedules issue them in the same order on both sides).
+ * the phase this rank's host is in and, through tfb_cuda_comms_pending_text, the oldest collective the GPU has not
+ * finished: each communicator remembers its last PENDING_RING operations with their completion events, and one
+ * lock guards those and the list of communicators, since the watchdog reads both from its own thread. NCCL's send
+ * and receive match in issue order per pair of ranks: the tag is not used (tfbench's pipeline schedules issue them
+ * in the same order on both sides).
  * Not here: the choice of algorithms or protocols (NCCL's own, steered by its NCCL_* variables).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <nccl.h>
 #include "cuda_internal.h"
 #include "../../bench/comm.h"
+
+/* One NCCL operation queued on a communicator, for the hang report. */
+typedef struct {
+    const char *what;          /* "all-reduce", ... */
+    unsigned long long number; /* this communicator's operation count, from 1 (the same on every member) */
+    unsigned long long order;  /* the backend's count over all its communicators: which was queued first */
+    cudaEvent_t done;          /* recorded on the communication stream after the operation */
+    int recorded;              /* 0 while the host is still in the NCCL call (a blocking transport waits there) */
+} pending_op;
+
+/* Operations remembered per communicator, older ones forgotten: ten micro-batches of bert-large's tensor-parallel
+ * collectives (four a layer, 100 in all), and a step's closing synchronisation finishes every one. Events are
+ * created as slots are first used. */
+#define PENDING_RING 1024
 
 struct nccl_comm {
     tfb_comm *host;        /* the MPI communicator of the same ranks: host buffers, bootstrap, barrier */
@@ -28,10 +46,14 @@ struct nccl_comm {
     cudaStream_t stream;   /* communication stream */
     cuda_ctx *be;          /* the compute stream's owner */
     cudaEvent_t ready;     /* compute work queued so far, for the communication stream to wait on */
-    cudaEvent_t done;      /* the last blocking operation, for the compute stream to wait on */
     const char *last_op;   /* the last operation queued, for the failure message */
+    pending_op ring[PENDING_RING]; /* the last operations queued, operation k in ring[(k - 1) % PENDING_RING] */
+    unsigned long long queued;     /* operations queued so far */
     nccl_comm *next;       /* the backend's list of communicators (polled for errors) */
 };
+
+/* Every backend's list of communicators and their rings, which the watchdog's thread reads (pending_text). */
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
 /* unchevron: namespace below */
 
 typedef struct {
@@ -73,9 +95,35 @@ static ncclDataType_t nccl_type(tfb_comm_type t) {
 
 static ncclRedOp_t nccl_op(tfb_comm_op op) { return op == TFB_MAX ? ncclMax : op == TFB_MIN ? ncclMin : ncclSum; }
 
+static pending_op *newest(nccl_comm *n) { return &n->ring[(n->queued - 1) % PENDING_RING]; }
+
+/* `what` enters the ring as unfinished; its event is created the first time its slot is used. */
+static tfb_status pending_begin(nccl_comm *n, const char *what) {
+    pending_op *p = &n->ring[n->queued % PENDING_RING];
+    if (!p->done) TFB_CHECK_CUDA(cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming));
+    pending_op fresh = {what, n->queued + 1, n->be->comm_ops + 1, p->done, 0};
+    pthread_mutex_lock(&pending_lock);
+    *p = fresh;
+    n->queued++;
+    n->be->comm_ops++;
+    pthread_mutex_unlock(&pending_lock);
+    return TFB_OK;
+}
+
+/* The newest operation was queued: its event marks its end on the communication stream. */
+static tfb_status pending_end(nccl_comm *n) {
+    pending_op *p = newest(n);
+    TFB_CHECK_CUDA(cudaEventRecord(p->done, n->stream));
+    pthread_mutex_lock(&pending_lock);
+    p->recorded = 1;
+    pthread_mutex_unlock(&pending_lock);
+    return TFB_OK;
+}
+
 /* The communication stream waits for everything queued on the compute stream so far, before `what`. */
 static tfb_status after_compute(nccl_comm *n, const char *what) {
     n->last_op = what;
+    TFB_TRY(pending_begin(n, what));
     TFB_CHECK_CUDA(cudaEventRecord(n->ready, n->be->stream));
     TFB_CHECK_CUDA(cudaStreamWaitEvent(n->stream, n->ready, 0));
     return TFB_OK;
@@ -90,8 +138,8 @@ static tfb_status order_after(nccl_comm *n, cudaEvent_t done) {
 /* The operation just queued on the communication stream comes before the compute stream's next work. */
 static tfb_status complete(tfb_comm *c) {
     nccl_comm *n = ctx_of(c);
-    TFB_CHECK_CUDA(cudaEventRecord(n->done, n->stream));
-    return order_after(n, n->done);
+    TFB_TRY(pending_end(n));
+    return order_after(n, newest(n)->done);
 }
 
 /* Every communicator of the backend: an asynchronous NCCL error ends the wait the host is in. */
@@ -109,6 +157,45 @@ tfb_status tfb_cuda_comms_poll(cuda_ctx *be) {
         return TFB_ERR_COMM;
     }
     return TFB_OK;
+}
+
+/* The oldest unfinished operation over a backend's communicators, and how many are unfinished in all. */
+typedef struct {
+    pending_op op;
+    int size, rank;    /* its communicator's */
+    int forgotten;     /* it is the oldest its communicator remembers: an older one may be unfinished too */
+    int unfinished;
+} pending_report;
+
+/* n's remembered operations, oldest first, into r (under pending_lock: no slot is rewritten while queried). */
+static void pending_scan(const nccl_comm *n, pending_report *r) {
+    unsigned long long first = n->queued > PENDING_RING ? n->queued - PENDING_RING + 1 : 1;
+    for (unsigned long long k = first; k <= n->queued; k++) {
+        const pending_op *p = &n->ring[(k - 1) % PENDING_RING];
+        if (p->recorded && cudaEventQuery(p->done) != cudaErrorNotReady) continue;
+        if (!r->unfinished++ || p->order < r->op.order) {
+            r->op = *p;
+            r->size = n->host->size;
+            r->rank = n->host->rank;
+            r->forgotten = k == first && first > 1;
+        }
+    }
+}
+
+int tfb_cuda_comms_pending_text(cuda_ctx *be, char *buf, size_t len) {
+    pending_report r;
+    memset(&r, 0, sizeof r);
+    pthread_mutex_lock(&pending_lock);
+    for (const nccl_comm *n = be->comms; n; n = n->next) pending_scan(n, &r);
+    pthread_mutex_unlock(&pending_lock);
+    if (!r.unfinished) return 0;
+    char older[96] = "";
+    if (r.forgotten)
+        snprintf(older, sizeof older, ", or one before it (a communicator remembers its last %d)", PENDING_RING);
+    snprintf(buf, len, "%s, operation %llu on a communicator of %d ranks (this rank is its rank %d)%s; %d "
+             "collective%s unfinished in all", r.op.what, r.op.number, r.size, r.rank, older, r.unfinished,
+             r.unfinished == 1 ? "" : "s");
+    return 1;
 }
 
 static size_t type_size(tfb_comm_type t) { return t == TFB_COMM_F32 || t == TFB_COMM_I32 ? 4 : 8; }
@@ -142,6 +229,7 @@ static tfb_status nc_iallreduce(tfb_comm *c, void *buf, size_t count, tfb_comm_t
     if (!n->nccl) return TFB_OK; /* one rank: done already (no event) */
     TFB_TRY(after_compute(n, "all-reduce"));
     TFB_CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), n->nccl, n->stream));
+    TFB_TRY(pending_end(n));
     TFB_CHECK_CUDA(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
     TFB_CHECK_CUDA(cudaEventRecord(r->done, n->stream));
     return TFB_OK;
@@ -250,13 +338,16 @@ static void nc_abort(tfb_comm *c, int code) {
 }
 
 static void comm_unlink(nccl_comm *n) {
+    pthread_mutex_lock(&pending_lock);
     for (nccl_comm **p = &n->be->comms; *p; p = &(*p)->next)
-        if (*p == n) { *p = n->next; return; }
+        if (*p == n) { *p = n->next; break; }
+    pthread_mutex_unlock(&pending_lock);
 }
 
 /* The events and stream of n (any of them may not exist yet). */
 static void comm_release(nccl_comm *n) {
-    if (n->done) cudaEventDestroy(n->done);
+    for (int i = 0; i < PENDING_RING; i++)
+        if (n->ring[i].done) cudaEventDestroy(n->ring[i].done);
     if (n->ready) cudaEventDestroy(n->ready);
     if (n->stream) cudaStreamDestroy(n->stream);
 }
@@ -309,8 +400,7 @@ static tfb_status nc_wrap(cuda_ctx *be, tfb_comm *host, tfb_comm **out) {
     c->split = nc_split; c->abort = nc_abort; c->destroy = nc_destroy;
     tfb_status st = TFB_OK;
     if (cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming) != cudaSuccess ||
-        cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming) != cudaSuccess)
+        cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming) != cudaSuccess)
         st = TFB_ERR_BACKEND;
     if (st == TFB_OK) st = nccl_open(n);
     if (st != TFB_OK) {
@@ -319,8 +409,10 @@ static tfb_status nc_wrap(cuda_ctx *be, tfb_comm *host, tfb_comm **out) {
         free(c);
         return st;
     }
+    pthread_mutex_lock(&pending_lock);
     n->next = be->comms;
     be->comms = n;
+    pthread_mutex_unlock(&pending_lock);
     *out = c;
     return TFB_OK;
 }

@@ -56,12 +56,16 @@ typedef struct {
     size_t in_use, peak;
     cudaEvent_t *marks; int n_marks;          /* timing marks (n_marks events, timing enabled) */
     nccl_comm *comms;                         /* the communicators over this backend (cuda_comm.cu), newest first */
+    unsigned long long comm_ops;              /* NCCL operations queued over all of them */
 } cuda_ctx;
 
 /* Host waits: the stream drained (sync, copies to the host), polling the communicators for asynchronous errors. */
 tfb_status tfb_cuda_stream_wait(cuda_ctx *c);
 /* TFB_ERR_COMM, after a message, when NCCL reports an asynchronous error on one of c's communicators. */
 tfb_status tfb_cuda_comms_poll(cuda_ctx *c);
+/* The oldest NCCL operation queued on c's communicators that the GPU has not finished, as one phrase in buf, and 1;
+ * 0 when every one remembered has finished. Safe from another thread (the watchdog's) with c's device current. */
+int tfb_cuda_comms_pending_text(cuda_ctx *c, char *buf, size_t len);
 
 extern "C" void tfb_cuda_report(const char *call, const char *file, int line, const char *detail);
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <ucontext.h>
 #include <map>
+#include <mutex>
 #include <set>
 #include "cuda_emu.h"
 
@@ -328,13 +329,16 @@ cudaError_t tfb_emu_pointer_attributes(cudaPointerAttributes *a, const void *p) 
 }
 
 /* Work runs when it is queued, so a stream has nothing pending and every event has happened; an event is checked
- * to be one that exists (created, not yet destroyed) wherever it is used, against the set of live events. */
+ * to be one that exists (created, not yet destroyed) wherever it is used, against the set of live events. A lock
+ * guards the set: tfbench's watchdog queries events from its own thread (the backend's pending_text). */
 static std::set<uintptr_t> &live_events(void) {
     static std::set<uintptr_t> s;
     return s;
 }
+static std::mutex live_events_lock;
 
 static cudaError_t event_check(cudaEvent_t e) {
+    std::lock_guard<std::mutex> hold(live_events_lock);
     if (!live_events().count((uintptr_t)(void *)e)) {
         fprintf(stderr, "cuda emulator: an event used that was never created or was destroyed\n");
         abort();
@@ -346,6 +350,7 @@ cudaError_t tfb_emu_event_create(cudaEvent_t *e, unsigned flags) {
     (void)flags;
     void *p = malloc(1); /* a unique handle while the event lives */
     if (!p) return cudaErrorMemoryAllocation;
+    std::lock_guard<std::mutex> hold(live_events_lock);
     live_events().insert((uintptr_t)p);
     *e = (cudaEvent_t)p;
     return cudaSuccess;
@@ -353,6 +358,7 @@ cudaError_t tfb_emu_event_create(cudaEvent_t *e, unsigned flags) {
 
 cudaError_t tfb_emu_event_destroy(cudaEvent_t e) {
     event_check(e);
+    std::lock_guard<std::mutex> hold(live_events_lock);
     live_events().erase((uintptr_t)(void *)e);
     free((void *)e);
     return cudaSuccess;

@@ -201,6 +201,7 @@ cudaError_t tfb_emu_set_device(int device);
 #define cudaSetDevice tfb_emu_set_device
 #define tfb_cuda_comm_wrap tfb_emu_comm_wrap
 #define tfb_cuda_comms_poll tfb_emu_comms_poll
+#define tfb_cuda_comms_pending_text tfb_emu_comms_pending_text
 #define cudaGetLastError tfb_emu_get_last_error
 #define cudaGetErrorString tfb_emu_error_string
 #define cudaMemsetAsync tfb_emu_memset

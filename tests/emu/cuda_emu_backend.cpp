@@ -80,6 +80,13 @@ tfb_status tfb_cuda_stream_wait(cuda_ctx *c) {
     return TFB_OK;
 }
 
+#if HAVE_EMU_NCCL
+/* Work runs when queued, so only a collective whose NCCL call has not returned (a peer missing) is unfinished. */
+static int emu_pending_text(void *ctx, char *buf, size_t len) {
+    return tfb_cuda_comms_pending_text((cuda_ctx *)ctx, buf, len);
+}
+#endif
+
 tfb_status tfb_cuda_grow(cuda_ctx *c, void **buf, size_t *have, size_t bytes) {
     (void)c;
     if (*have >= bytes) return TFB_OK;
@@ -155,6 +162,7 @@ extern "C" tfb_status tfb_cuda_emu_backend_create(int sms, tfb_backend *cpu, tfb
     tfb_cuda_kernels_install(be);
 #if HAVE_EMU_NCCL
     be->comm_wrap = tfb_cuda_comm_wrap; /* cuda_comm.cu over emu_nccl.c: NCCL's calls done by MPI */
+    be->pending_text = emu_pending_text;
 #endif
     if (cpu) emu_delegate(be, cpu);
     *out = be;

@@ -5,8 +5,8 @@ tests/emu/cuda_emu.h runs on the CPU. Everything else, line breaks included, is 
 compiler's messages name the original file and lines). The code after the last #include (or after a line
 `/* unchevron: namespace below */`, which keeps a type that cuda_internal.h declares global) goes into namespace
 tfb_emu_kernels, so its functions cannot clash with those of nvcc's object of the same file when a CUDA build links
-both; the file's external tfb_* functions returning void or tfb_status (the installers, the convolution plans' release,
-the communicator's entry points) are forwarded from the global namespace. Fails on a launch it cannot parse rather than guess."""
+both; the file's external tfb_* functions returning void, int or tfb_status (the installers, the convolution plans'
+release, the communicator's entry points) are forwarded from the global namespace. Fails on a launch it cannot parse rather than guess."""
 import re
 import sys
 
@@ -77,7 +77,7 @@ def main():
     line = src.count("\n", 0, at) + 2
     text = (f'#line 1 "{sys.argv[1]}"\n' + src[:at] + f'\nnamespace tfb_emu_kernels {{\n#line {line} "{sys.argv[1]}"' +
             src[at:] + "\n}\n")
-    for ret, name, params in re.findall(r"^(void|tfb_status) (tfb_\w+)\(([^)]*)\) \{", src, re.M):
+    for ret, name, params in re.findall(r"^(void|int|tfb_status) (tfb_\w+)\(([^)]*)\) \{", src, re.M):
         args = ", ".join(re.findall(r"(\w+)\s*(?:,|$)", params)) if params.strip() != "void" else ""
         call = f"tfb_emu_kernels::{name}({args})"
         text += f"{ret} {name}({params}) {{ {'return ' if ret != 'void' else ''}{call}; }}\n"
