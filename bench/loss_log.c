@@ -6,9 +6,12 @@
 /* Each part of an entry starts 64 bytes apart, as the pool's tensors do. */
 static size_t part(size_t floats) { return (floats + 15) & ~(size_t)15; }
 
-size_t tfb_loss_log_entry(const tfb_loss_log *l) {
-    return part((size_t)l->rows) + part((size_t)l->rows * 2) + part((size_t)l->sums);
-}
+/* Where an entry's parts start, in floats from the entry: row maxima at 0 (rows), then the row sums and target
+ * logits (2 rows), then the loss sums. */
+static size_t rowsums_at(const tfb_loss_log *l) { return part((size_t)l->rows); }
+static size_t sums_at(const tfb_loss_log *l) { return rowsums_at(l) + part((size_t)l->rows * 2); }
+
+size_t tfb_loss_log_entry(const tfb_loss_log *l) { return sums_at(l) + part((size_t)l->sums); }
 
 void tfb_loss_log_plan(tfb_loss_log *l, tfb_mempool *p, int rows, int sums, int microbatches) {
     l->rows = rows;
@@ -37,17 +40,17 @@ float *tfb_loss_log_rowmax(const tfb_loss_log *l, int mb) { return entry(l, mb);
 
 float *tfb_loss_log_rowsums(const tfb_loss_log *l, int mb) {
     float *e = entry(l, mb);
-    return e ? e + part((size_t)l->rows) : NULL;
+    return e ? e + rowsums_at(l) : NULL;
 }
 
 float *tfb_loss_log_sums(const tfb_loss_log *l, int mb) {
     float *e = entry(l, mb);
-    return e ? e + part((size_t)l->rows) + part((size_t)l->rows * 2) : NULL;
+    return e ? e + sums_at(l) : NULL;
 }
 
 /* One micro-batch's loss from its entry e (host copy). */
 static double entry_loss(const tfb_loss_log *l, const float *e) {
-    const float *mx = e, *sums = e + part((size_t)l->rows), *s = sums + part((size_t)l->rows * 2);
+    const float *mx = e, *sums = e + rowsums_at(l), *s = e + sums_at(l);
     double loss = 0;
     for (int k = 0; k < l->sums; k++) {
         double v = s[k];

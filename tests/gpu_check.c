@@ -4,7 +4,8 @@
  * with NaN first (an element the device never writes fails), runs the op on both and compares: the error is the
  * largest |device - cpu| over the largest |cpu| of the output (normwise relative), and any NaN fails. Tolerances by
  * precision: FP32 1e-5, TF32 5e-3, FP16/BF16 2e-2. Prints one table row per check and exits 0 when all pass, 1 when
- * any fails, 2 when the device backend cannot be opened (the reason is printed).
+ * any fails, 2 when the device backend cannot be opened (the reason is printed). A few rows check the backend
+ * rather than an op: its timing marks, and on a GPU the probe behind the watchdog's hang report.
  *
  * `--device cpu` checks the CPU backend against itself, which exercises this harness without a GPU; the test hook
  * TFB_TEST_GPU_CHECK_BREAK=NAME perturbs one element of that check's device output, so the suite can show a broken
@@ -998,6 +999,32 @@ static void check_marks(void) {
     release(&c);
 }
 
+/* The hang report's probe on a GPU: with GEMMs queued (about 50 ms of FP32 work on an H200) it names unfinished
+ * work on the compute stream, and after sync() it has nothing to say. The emulated backend finishes each op as it
+ * is queued, so only a GPU runs this. */
+static void check_pending(void) {
+    tfb_backend *be = G.be[1];
+    int n = 4096, busy = 0, idle = 0;
+    size_t numel = (size_t)n * n;
+    float *a = be->alloc(be->ctx, numel * sizeof(float)), *c = be->alloc(be->ctx, numel * sizeof(float));
+    char text[512] = "", after[512] = "";
+    int ok = a && c && be->fill(be->ctx, a, 0.5f, numel) == TFB_OK && be->sync(be->ctx) == TFB_OK;
+    tfb_gemm_desc d = {.m = n, .n = n, .k = n, .alpha = 1, .a = a, .lda = n, .b = a, .ldb = n, .c = c, .ldc = n,
+                       .batch = 1, .in_type = TFB_F32};
+    for (int i = 0; ok && i < 20; i++) ok = be->gemm(be->ctx, &d) == TFB_OK;
+    busy = ok && be->pending_text(be->ctx, text, sizeof text) && strstr(text, "compute stream");
+    ok &= be->sync(be->ctx) == TFB_OK;
+    idle = ok && !be->pending_text(be->ctx, after, sizeof after);
+    ok &= busy && idle;
+    G.checks++;
+    G.failed += !ok;
+    printf("| %-40s | %-4s | %10s | %7s | %-4s |\n", "pending work named, none after sync", "fp32",
+           busy ? (idle ? "named" : "stays") : "missed", "-", ok ? "PASS" : "FAIL");
+    if (!ok) printf("gpu_check: pending_text while busy: \"%s\"; after sync: \"%s\"\n", text, after);
+    if (a) be->free(be->ctx, a);
+    if (c) be->free(be->ctx, c);
+}
+
 /* ---- convolutional-network ops ---- */
 
 #define BN_ROW(op) (snprintf(name, sizeof name, "%s%s", op, tag), name)
@@ -1222,6 +1249,7 @@ static void gc_run_all(void) {
     GC_RUN(check_cast(TFB_BF16));
     GC_RUN(check_finite());
     if (G.be[1]->mark && G.be[1]->gemm) GC_RUN(check_marks());
+    if (G.be[1]->pending_text && strcmp(G.be[1]->name, "cuda") == 0) GC_RUN(check_pending());
     GC_RUN(check_batchnorm());
     GC_RUN(check_pooling(4, TFB_NCHW));
     GC_RUN(check_pooling(40, TFB_NHWC)); /* 40 channels: warps span images' pixels */

@@ -3,8 +3,7 @@
  * orders, warp shuffles move the right lanes' values, a launch CUDA rejects sets the last error, a shuffle that
  * part of its warp never reaches aborts with a message, tensor-core fragments multiply as loops do and a lane
  * sees another's stored elements only after __syncwarp, a misaligned fragment load aborts, and so does an event
- * used after it was destroyed. Written in CUDA
- * syntax with tfb_emu_launch spelled out.
+ * used after it was destroyed. Written in CUDA syntax with tfb_emu_launch spelled out.
  */
 #include <signal.h>
 #include <stdio.h>
