@@ -23,6 +23,9 @@ static struct {
 } wd;
 
 #define PROBE_WAIT_S 2
+/* How long a rank that reported waits before it exits: a peer stuck at about the same time (its deadline a poll or
+ * two later) reports too before the launcher, seeing this exit, ends it. */
+#define PEER_GRACE_S 2
 
 static long long now_ns(void) { return (long long)(tfb_clock_s() * 1e9); }
 
@@ -76,6 +79,8 @@ static void *watch(void *arg) {
         fprintf(stderr, "tfbench[rank %d]: no progress for %.0f s (--timeout %.0f), stuck in %s at step %d; "
                 "ending the job\n%s", wd.rank, idle, wd.timeout_s, atomic_load(&wd.op), atomic_load(&wd.step), device);
         fflush(stderr);
+        struct timespec grace = {PEER_GRACE_S, 0};
+        nanosleep(&grace, NULL); /* the job is ending already: this only lets the peers' reports out */
         _exit(124);
     }
     return NULL;

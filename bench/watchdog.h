@@ -1,7 +1,8 @@
 /* watchdog.h — ends a job that stops making progress. The run driver marks each phase it enters and the workloads
  * each unit they finish; a helper thread on every rank wakes once a second and, when neither has happened for
- * --timeout seconds, prints which operation this rank is stuck in and ends the process (the launcher then ends
- * the other ranks, whose watchdogs report their own operation). On a GPU the host runs ahead of the device, so
+ * --timeout seconds, prints which operation this rank is stuck in and ends the process 2 s later (the launcher
+ * then ends the other ranks; the pause lets those stuck at about the same time print their own report first). On
+ * a GPU the host runs ahead of the device, so
  * a probe (the backend's pending_text) adds what the device has not finished: the collective that never ended.
  * It never touches MPI: a hung collective cannot block it.
  */

@@ -9,8 +9,8 @@
  * keeps queueing work while the GPU communicates. Non-blocking all-reduces (the data-parallel buckets, the
  * tensor-parallel dX all-reduce) let the compute stream run on until wait(). Failures surface where the host does
  * wait, in the backend's sync and copies to the host: they poll ncclCommGetAsyncError of every communicator
- * (tfb_cuda_comms_poll), so a peer that died or an NCCL failure ends the job with a message naming the rank and
- * the last operation queued, and a peer that hangs is ended by tfbench's watchdog (bench/watchdog.c), which names
+ * (tfb_cuda_comms_poll), so a peer that died or an NCCL failure ends the job with a message naming the rank, the
+ * oldest operation the GPU has not finished and the last one queued, and a peer that hangs is ended by tfbench's watchdog (bench/watchdog.c), which names
  * the phase this rank's host is in and, through tfb_cuda_comms_pending_text, the oldest collective the GPU has not
  * finished: each communicator remembers its last PENDING_RING operations with their completion events, and one
  * lock guards those and the list of communicators, since the watchdog reads both from its own thread. NCCL's send
@@ -142,23 +142,6 @@ static tfb_status complete(tfb_comm *c) {
     return order_after(n, newest(n)->done);
 }
 
-/* Every communicator of the backend: an asynchronous NCCL error ends the wait the host is in. */
-tfb_status tfb_cuda_comms_poll(cuda_ctx *be) {
-    for (nccl_comm *n = be->comms; n; n = n->next) {
-        ncclResult_t async = ncclSuccess;
-        if (!n->nccl) continue;
-        TFB_CHECK_NCCL(ncclCommGetAsyncError(n->nccl, &async));
-        if (async == ncclSuccess || async == ncclInProgress) continue;
-        fprintf(stderr, "tfbench[rank %d, cuda:%d]: NCCL failed on a communicator of %d ranks (last operation "
-                "queued: %s): %s; ending the job\n", tfb_log_rank, be->device, n->host->size,
-                n->last_op ? n->last_op : "none", ncclGetErrorString(async));
-        ncclCommAbort(n->nccl);
-        n->nccl = NULL;
-        return TFB_ERR_COMM;
-    }
-    return TFB_OK;
-}
-
 /* The oldest unfinished operation over a backend's communicators, and how many are unfinished in all. */
 typedef struct {
     pending_op op;
@@ -180,6 +163,31 @@ static void pending_scan(const nccl_comm *n, pending_report *r) {
             r->forgotten = k == first && first > 1;
         }
     }
+}
+
+/* Every communicator of the backend: an asynchronous NCCL error ends the wait the host is in. */
+tfb_status tfb_cuda_comms_poll(cuda_ctx *be) {
+    for (nccl_comm *n = be->comms; n; n = n->next) {
+        ncclResult_t async = ncclSuccess;
+        if (!n->nccl) continue;
+        TFB_CHECK_NCCL(ncclCommGetAsyncError(n->nccl, &async));
+        if (async == ncclSuccess || async == ncclInProgress) continue;
+        pending_report r;
+        memset(&r, 0, sizeof r);
+        pthread_mutex_lock(&pending_lock);
+        pending_scan(n, &r);
+        pthread_mutex_unlock(&pending_lock);
+        char oldest[128] = ""; /* the operation that failed, on a GPU where the host has queued past it */
+        if (r.unfinished)
+            snprintf(oldest, sizeof oldest, "oldest unfinished: %s, operation %llu; ", r.op.what, r.op.number);
+        fprintf(stderr, "tfbench[rank %d, cuda:%d]: NCCL failed on a communicator of %d ranks (%slast operation "
+                "queued: %s): %s; ending the job\n", tfb_log_rank, be->device, n->host->size, oldest,
+                n->last_op ? n->last_op : "none", ncclGetErrorString(async));
+        ncclCommAbort(n->nccl);
+        n->nccl = NULL;
+        return TFB_ERR_COMM;
+    }
+    return TFB_OK;
 }
 
 int tfb_cuda_comms_pending_text(cuda_ctx *be, char *buf, size_t len) {
