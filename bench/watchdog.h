@@ -2,9 +2,8 @@
  * each unit they finish; a helper thread on every rank wakes once a second and, when neither has happened for
  * --timeout seconds, prints which operation this rank is stuck in and ends the process 2 s later (the launcher
  * then ends the other ranks; the pause lets those stuck at about the same time print their own report first). On
- * a GPU the host runs ahead of the device, so
- * a probe (the backend's pending_text) adds what the device has not finished: the collective that never ended.
- * It never touches MPI: a hung collective cannot block it.
+ * a GPU the host runs ahead of the device, so a probe (the backend's pending_text) adds what the device has not
+ * finished: the collective that never ended. It never touches MPI: a hung collective cannot block it.
  */
 #ifndef TFB_WATCHDOG_H
 #define TFB_WATCHDOG_H
