@@ -36,8 +36,7 @@ typedef struct {
 } pending_op;
 
 /* Operations remembered per communicator, older ones forgotten: ten micro-batches of bert-large's tensor-parallel
- * collectives (four a layer, 100 in all), and a step's closing synchronisation finishes every one. Events are
- * created as slots are first used. */
+ * collectives (four a layer, 100 in all), and a step's closing synchronisation finishes every one. */
 #define PENDING_RING 1024
 
 struct nccl_comm {
@@ -97,17 +96,22 @@ static ncclRedOp_t nccl_op(tfb_comm_op op) { return op == TFB_MAX ? ncclMax : op
 
 static pending_op *newest(nccl_comm *n) { return &n->ring[(n->queued - 1) % PENDING_RING]; }
 
-/* `what` enters the ring as unfinished; its event is created the first time its slot is used. */
-static tfb_status pending_begin(nccl_comm *n, const char *what) {
+/* The ring's events, made with the communicator, so no step pays for them (none on a one-rank communicator). */
+static tfb_status pending_open(nccl_comm *n) {
+    for (int i = 0; n->nccl && i < PENDING_RING; i++)
+        TFB_CHECK_CUDA(cudaEventCreateWithFlags(&n->ring[i].done, cudaEventDisableTiming));
+    return TFB_OK;
+}
+
+/* `what` enters the ring as unfinished. */
+static void pending_begin(nccl_comm *n, const char *what) {
     pending_op *p = &n->ring[n->queued % PENDING_RING];
-    if (!p->done) TFB_CHECK_CUDA(cudaEventCreateWithFlags(&p->done, cudaEventDisableTiming));
     pending_op fresh = {what, n->queued + 1, n->be->comm_ops + 1, p->done, 0};
     pthread_mutex_lock(&pending_lock);
     *p = fresh;
     n->queued++;
     n->be->comm_ops++;
     pthread_mutex_unlock(&pending_lock);
-    return TFB_OK;
 }
 
 /* The newest operation was queued: its event marks its end on the communication stream. */
@@ -123,7 +127,7 @@ static tfb_status pending_end(nccl_comm *n) {
 /* The communication stream waits for everything queued on the compute stream so far, before `what`. */
 static tfb_status after_compute(nccl_comm *n, const char *what) {
     n->last_op = what;
-    TFB_TRY(pending_begin(n, what));
+    pending_begin(n, what);
     TFB_CHECK_CUDA(cudaEventRecord(n->ready, n->be->stream));
     TFB_CHECK_CUDA(cudaStreamWaitEvent(n->stream, n->ready, 0));
     return TFB_OK;
@@ -411,6 +415,7 @@ static tfb_status nc_wrap(cuda_ctx *be, tfb_comm *host, tfb_comm **out) {
         cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming) != cudaSuccess)
         st = TFB_ERR_BACKEND;
     if (st == TFB_OK) st = nccl_open(n);
+    if (st == TFB_OK) st = pending_open(n);
     if (st != TFB_OK) {
         comm_release(n);
         free(n);

@@ -6,7 +6,8 @@ compiler's messages name the original file and lines). The code after the last #
 `/* unchevron: namespace below */`, which keeps a type that cuda_internal.h declares global) goes into namespace
 tfb_emu_kernels, so its functions cannot clash with those of nvcc's object of the same file when a CUDA build links
 both; the file's external tfb_* functions returning void, int or tfb_status (the installers, the convolution plans'
-release, the communicator's entry points) are forwarded from the global namespace. Fails on a launch it cannot parse rather than guess."""
+release, the communicator's entry points) are forwarded from the global namespace. Fails on a launch it cannot parse
+rather than guess."""
 import re
 import sys
 
