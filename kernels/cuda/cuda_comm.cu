@@ -10,12 +10,12 @@
  * tensor-parallel dX all-reduce) let the compute stream run on until wait(). Failures surface where the host does
  * wait, in the backend's sync and copies to the host: they poll ncclCommGetAsyncError of every communicator
  * (tfb_cuda_comms_poll), so a peer that died or an NCCL failure ends the job with a message naming the rank, the
- * oldest operation the GPU has not finished and the last one queued, and a peer that hangs is ended by tfbench's watchdog (bench/watchdog.c), which names
- * the phase this rank's host is in and, through tfb_cuda_comms_pending_text, the oldest collective the GPU has not
- * finished: each communicator remembers its last PENDING_RING operations with their completion events, and one
- * lock guards those and the list of communicators, since the watchdog reads both from its own thread. NCCL's send
- * and receive match in issue order per pair of ranks: the tag is not used (tfbench's pipeline schedules issue them
- * in the same order on both sides).
+ * oldest operation the GPU has not finished and the last one queued. A peer that hangs is ended by tfbench's
+ * watchdog (bench/watchdog.c), which names the phase this rank's host is in and, through
+ * tfb_cuda_comms_pending_text, the oldest collective the GPU has not finished: each communicator remembers its
+ * last PENDING_RING operations with their completion events, and one lock guards those and the list of
+ * communicators, since the watchdog reads both from its own thread. NCCL's send and receive match in issue order
+ * per pair of ranks: the tag is not used (tfbench's pipeline schedules issue them in the same order on both sides).
  * Not here: the choice of algorithms or protocols (NCCL's own, steered by its NCCL_* variables).
  */
 #include <stdio.h>
