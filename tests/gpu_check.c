@@ -5,7 +5,8 @@
  * largest |device - cpu| over the largest |cpu| of the output (normwise relative), and any NaN fails. Tolerances by
  * precision: FP32 1e-5, TF32 5e-3, FP16/BF16 2e-2. Prints one table row per check and exits 0 when all pass, 1 when
  * any fails, 2 when the device backend cannot be opened (the reason is printed). A few rows check the backend
- * rather than an op: its timing marks, and on a GPU the probe behind the watchdog's hang report.
+ * rather than an op: its timing marks, its communicator of one rank (MPI starts for those rows only), and on a GPU
+ * the probe behind the watchdog's hang report.
  *
  * `--device cpu` checks the CPU backend against itself, which exercises this harness without a GPU; the test hook
  * TFB_TEST_GPU_CHECK_BREAK=NAME perturbs one element of that check's device output, so the suite can show a broken
@@ -25,6 +26,7 @@
 #include <time.h>
 #include "../kernels/backend.h"
 #include "../kernels/half.h"
+#include "../bench/comm.h"
 #include "rel_error.h"
 #if TFB_GPU_CHECK_EMU
 #include "emu/cuda_emu_backend.h"
@@ -49,6 +51,7 @@ typedef struct {
     const char *brk;   /* the check whose device output the test hook perturbs */
     const char *only;  /* --only: comma-separated words; a check group runs when its call contains one */
     int groups;        /* check groups run */
+    int mpi;           /* MPI was started (by the communicator's checks), so main finalizes it */
 } gc_ctx;
 
 static gc_ctx G;
@@ -1025,6 +1028,61 @@ static void check_pending(void) {
     if (c) be->free(be->ctx, c);
 }
 
+/* ---- the device communicator ---- */
+
+/* A communicator of this rank alone: MPI's for the CPU backend (b = 0), the device backend's wrapping of it (b = 1). */
+static tfb_comm *comm_alone(tfb_comm *world, int b) {
+    tfb_comm *c = NULL, *dev = NULL;
+    if (world->split(world, world->rank, 0, &c) != TFB_OK || !c) return NULL;
+    if (b == 0) return c;
+    if (G.be[1]->comm_wrap(G.be[1]->ctx, c, &dev) != TFB_OK) c->destroy(c);
+    return dev;
+}
+
+/* The device backend's communicator of one rank against MPI's on host memory: its collectives are copies or nothing
+ * (exact), and a send or a receive, which has no peer, is refused as a bug in tfbench (it prints why) before it
+ * reaches NCCL, so the hang report's record of operations holds nothing unfinished afterwards. */
+static void check_comm_alone(void) {
+    size_t n = 1000;
+    tfb_comm *world = NULL, *solo[2] = {NULL, NULL};
+    if (tfb_comm_mpi_world(NULL, NULL, &world) != TFB_OK) {
+        fprintf(stderr, "gpu_check: MPI did not start\n");
+        exit(1);
+    }
+    G.mpi = 1;
+    for (int b = 0; b < 2; b++)
+        if (!(solo[b] = comm_alone(world, b))) { fprintf(stderr, "gpu_check: no one-rank communicator\n"); exit(1); }
+    pair x = rand_f32(n, -1, 1), in_place = rand_f32(n, -1, 1), gathered = poisoned(n), scattered = poisoned(n);
+    pair swapped = poisoned(n);
+    tfb_comm_request *req[2] = {NULL, NULL};
+    BOTH(solo[b]->allgather(solo[b], V(x), V(gathered), n, TFB_COMM_F32));
+    BOTH(solo[b]->reduce_scatter(solo[b], V(x), V(scattered), n, TFB_COMM_F32));
+    BOTH(solo[b]->sendrecv(solo[b], V(x), n, 0, V(swapped), n, 0, TFB_COMM_F32, 0));
+    BOTH(solo[b]->allreduce(solo[b], V(in_place), n, TFB_COMM_F32, TFB_SUM));
+    BOTH(solo[b]->bcast(solo[b], V(in_place), n, TFB_COMM_F32, 0));
+    BOTH(solo[b]->iallreduce(solo[b], V(in_place), n, TFB_COMM_F32, TFB_SUM, &req[b]));
+    BOTH(solo[b]->wait(solo[b], req[b]));
+    verdict("comm alone all-gather", "fp32", 0, &gathered, 1);
+    verdict("comm alone reduce-scatter", "fp32", 0, &scattered, 1);
+    verdict("comm alone send/receive to itself", "fp32", 0, &swapped, 1);
+    verdict("comm alone all-reduce, broadcast", "fp32", 0, &in_place, 1);
+    tfb_comm *d = solo[1];
+    char pending[256] = "";
+    int refused = d->send(d, x.p[1], n, TFB_COMM_F32, 0, 0) == TFB_ERR_STATE &&
+                  d->recv(d, swapped.p[1], n, TFB_COMM_F32, 0, 0) == TFB_ERR_STATE &&
+                  G.be[1]->sync(G.be[1]->ctx) == TFB_OK &&
+                  !(G.be[1]->pending_text && G.be[1]->pending_text(G.be[1]->ctx, pending, sizeof pending));
+    G.checks++;
+    G.failed += !refused;
+    printf("| %-40s | %-4s | %10s | %7s | %-4s |\n", "comm alone send, receive refused", "fp32",
+           refused ? "refused" : "not so", "-", refused ? "PASS" : "FAIL");
+    if (!refused && *pending) printf("gpu_check: unfinished after the refusals: \"%s\"\n", pending);
+    pair all[] = {x, in_place, gathered, scattered, swapped};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(&all[i]);
+    for (int b = 0; b < 2; b++) solo[b]->destroy(solo[b]);
+    world->destroy(world);
+}
+
 /* ---- convolutional-network ops ---- */
 
 #define BN_ROW(op) (snprintf(name, sizeof name, "%s%s", op, tag), name)
@@ -1250,6 +1308,7 @@ static void gc_run_all(void) {
     GC_RUN(check_finite());
     if (G.be[1]->mark && G.be[1]->gemm) GC_RUN(check_marks());
     if (G.be[1]->pending_text && strcmp(G.be[1]->name, "cuda") == 0) GC_RUN(check_pending());
+    if (G.be[1]->comm_wrap) GC_RUN(check_comm_alone());
     GC_RUN(check_batchnorm());
     GC_RUN(check_pooling(4, TFB_NCHW));
     GC_RUN(check_pooling(40, TFB_NHWC)); /* 40 channels: warps span images' pixels */
@@ -1306,5 +1365,6 @@ int main(int argc, char **argv) {
     } else printf("gpu_check: %d of %d checks passed\n", G.checks - G.failed, G.checks);
     G.be[1]->destroy(G.be[1]);
     G.be[0]->destroy(G.be[0]);
+    if (G.mpi) tfb_comm_mpi_finalize();
     return rc;
 }

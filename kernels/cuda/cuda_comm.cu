@@ -3,19 +3,19 @@
  *
  * Each communicator (the world and every split) of two or more ranks owns an NCCL communicator of the same ranks,
  * bootstrapped over MPI (its rank 0 makes the id and broadcasts it), and a communication stream; a one-rank
- * communicator has none, and its device collectives are copies or nothing. Every NCCL operation first waits for
- * the work already queued on the compute stream (an event), so it sees the gradients the backward pass wrote, and
- * the compute stream then waits for the operation (another event): the host never waits for a collective, so it
- * keeps queueing work while the GPU communicates. Non-blocking all-reduces (the data-parallel buckets, the
- * tensor-parallel dX all-reduce) let the compute stream run on until wait(). Failures surface where the host does
- * wait, in the backend's sync and copies to the host: they poll ncclCommGetAsyncError of every communicator
- * (tfb_cuda_comms_poll), so a peer that died or an NCCL failure ends the job with a message naming the rank, the
- * oldest operation the GPU has not finished and the last one queued. A peer that hangs is ended by tfbench's
- * watchdog (bench/watchdog.c), which names the phase this rank's host is in and, through
- * tfb_cuda_comms_pending_text, the oldest collective the GPU has not finished: each communicator remembers its
- * last PENDING_RING operations with their completion events, and one lock guards those and the list of
- * communicators, since the watchdog reads both from its own thread. NCCL's send and receive match in issue order
- * per pair of ranks: the tag is not used (tfbench's pipeline schedules issue them in the same order on both sides).
+ * communicator has none: its device collectives are copies or nothing, and a send or a receive on it is an error
+ * (there is no peer). Every NCCL operation first waits for the work already queued on the compute stream (an event),
+ * so it sees the gradients the backward pass wrote, and the compute stream then waits for the operation (another
+ * event): the host never waits for a collective, so it keeps queueing work while the GPU communicates. Non-blocking
+ * all-reduces (the data-parallel buckets, the tensor-parallel dX all-reduce) let the compute stream run on until
+ * wait(). Failures surface where the host does wait, in the backend's sync and copies to the host: they poll
+ * ncclCommGetAsyncError of every communicator (tfb_cuda_comms_poll), so a peer that died or an NCCL failure ends the
+ * job with a message naming the rank, the oldest operation the GPU has not finished and the last one queued. A peer
+ * that hangs is ended by tfbench's watchdog (bench/watchdog.c), which names the phase this rank's host is in and,
+ * through tfb_cuda_comms_pending_text, the oldest collective the GPU has not finished: each communicator remembers
+ * its last PENDING_RING operations with their completion events, and one lock guards those and the list of
+ * communicators, since the watchdog reads both from its own thread. NCCL's send and receive match in issue order per
+ * pair of ranks: the tag is not used (tfbench's pipeline schedules issue them in the same order on both sides).
  * Not here: the choice of algorithms or protocols (NCCL's own, steered by its NCCL_* variables).
  */
 #include <stdio.h>
@@ -45,7 +45,6 @@ struct nccl_comm {
     cudaStream_t stream;   /* communication stream */
     cuda_ctx *be;          /* the compute stream's owner */
     cudaEvent_t ready;     /* compute work queued so far, for the communication stream to wait on */
-    const char *last_op;   /* the last operation queued, for the failure message */
     pending_op ring[PENDING_RING]; /* the last operations queued, operation k in ring[(k - 1) % PENDING_RING] */
     unsigned long long queued;     /* operations queued so far */
     nccl_comm *next;       /* the backend's list of communicators (polled for errors) */
@@ -126,7 +125,6 @@ static tfb_status pending_end(nccl_comm *n) {
 
 /* The communication stream waits for everything queued on the compute stream so far, before `what`. */
 static tfb_status after_compute(nccl_comm *n, const char *what) {
-    n->last_op = what;
     pending_begin(n, what);
     TFB_CHECK_CUDA(cudaEventRecord(n->ready, n->be->stream));
     TFB_CHECK_CUDA(cudaStreamWaitEvent(n->stream, n->ready, 0));
@@ -169,6 +167,18 @@ static void pending_scan(const nccl_comm *n, pending_report *r) {
     }
 }
 
+/* The oldest unfinished operation of communicator `only`, or of every communicator of be when `only` is NULL. */
+static pending_report pending_collect(const cuda_ctx *be, const nccl_comm *only) {
+    pending_report r;
+    memset(&r, 0, sizeof r);
+    pthread_mutex_lock(&pending_lock);
+    if (only) pending_scan(only, &r);
+    else
+        for (const nccl_comm *n = be->comms; n; n = n->next) pending_scan(n, &r);
+    pthread_mutex_unlock(&pending_lock);
+    return r;
+}
+
 /* Every communicator of the backend: an asynchronous NCCL error ends the wait the host is in. */
 tfb_status tfb_cuda_comms_poll(cuda_ctx *be) {
     for (nccl_comm *n = be->comms; n; n = n->next) {
@@ -176,17 +186,13 @@ tfb_status tfb_cuda_comms_poll(cuda_ctx *be) {
         if (!n->nccl) continue;
         TFB_CHECK_NCCL(ncclCommGetAsyncError(n->nccl, &async));
         if (async == ncclSuccess || async == ncclInProgress) continue;
-        pending_report r;
-        memset(&r, 0, sizeof r);
-        pthread_mutex_lock(&pending_lock);
-        pending_scan(n, &r);
-        pthread_mutex_unlock(&pending_lock);
+        pending_report r = pending_collect(be, n);
         char oldest[128] = ""; /* the operation that failed, on a GPU where the host has queued past it */
         if (r.unfinished)
             snprintf(oldest, sizeof oldest, "oldest unfinished: %s, operation %llu; ", r.op.what, r.op.number);
         fprintf(stderr, "tfbench[rank %d, cuda:%d]: NCCL failed on a communicator of %d ranks (%slast operation "
                 "queued: %s): %s; ending the job\n", tfb_log_rank, be->device, n->host->size, oldest,
-                n->last_op ? n->last_op : "none", ncclGetErrorString(async));
+                n->queued ? newest(n)->what : "none", ncclGetErrorString(async));
         ncclCommAbort(n->nccl);
         n->nccl = NULL;
         return TFB_ERR_COMM;
@@ -195,11 +201,7 @@ tfb_status tfb_cuda_comms_poll(cuda_ctx *be) {
 }
 
 int tfb_cuda_comms_pending_text(cuda_ctx *be, char *buf, size_t len) {
-    pending_report r;
-    memset(&r, 0, sizeof r);
-    pthread_mutex_lock(&pending_lock);
-    for (const nccl_comm *n = be->comms; n; n = n->next) pending_scan(n, &r);
-    pthread_mutex_unlock(&pending_lock);
+    pending_report r = pending_collect(be, NULL);
     if (!r.unfinished) return 0;
     char older[96] = "";
     if (r.forgotten)
@@ -305,9 +307,18 @@ static tfb_status nc_bcast(tfb_comm *c, void *buf, size_t count, tfb_comm_type t
     return complete(c);
 }
 
+/* A send or a receive pairs this rank with another: a one-rank communicator has none to pair with. */
+static tfb_status has_peer(const nccl_comm *n, const char *what) {
+    if (n->host->size > 1) return TFB_OK;
+    fprintf(stderr, "tfbench[rank %d]: %s on a communicator of one rank (a bug in tfbench: there is no peer)\n",
+            tfb_log_rank, what);
+    return TFB_ERR_STATE;
+}
+
 static tfb_status nc_send(tfb_comm *c, const void *buf, size_t count, tfb_comm_type t, int peer, int tag) {
     nccl_comm *n = ctx_of(c);
     if (!on_device(buf)) return n->host->send(n->host, buf, count, t, peer, tag);
+    TFB_TRY(has_peer(n, "a send"));
     TFB_TRY(after_compute(n, "send"));
     TFB_CHECK_NCCL(ncclSend(buf, count, nccl_type(t), peer, n->nccl, n->stream));
     return complete(c);
@@ -316,6 +327,7 @@ static tfb_status nc_send(tfb_comm *c, const void *buf, size_t count, tfb_comm_t
 static tfb_status nc_recv(tfb_comm *c, void *buf, size_t count, tfb_comm_type t, int peer, int tag) {
     nccl_comm *n = ctx_of(c);
     if (!on_device(buf)) return n->host->recv(n->host, buf, count, t, peer, tag);
+    TFB_TRY(has_peer(n, "a receive"));
     TFB_TRY(after_compute(n, "receive"));
     TFB_CHECK_NCCL(ncclRecv(buf, count, nccl_type(t), peer, n->nccl, n->stream));
     return complete(c);
@@ -356,8 +368,9 @@ static void comm_unlink(nccl_comm *n) {
     pthread_mutex_unlock(&pending_lock);
 }
 
-/* The events and stream of n (any of them may not exist yet). */
+/* The NCCL communicator, events and stream of n (any of them may not exist yet). */
 static void comm_release(nccl_comm *n) {
+    if (n->nccl) ncclCommDestroy(n->nccl);
     for (int i = 0; i < PENDING_RING; i++)
         if (n->ring[i].done) cudaEventDestroy(n->ring[i].done);
     if (n->ready) cudaEventDestroy(n->ready);
@@ -367,7 +380,6 @@ static void comm_release(nccl_comm *n) {
 static void nc_destroy(tfb_comm *c) {
     nccl_comm *n = ctx_of(c);
     comm_unlink(n);
-    if (n->nccl) ncclCommDestroy(n->nccl);
     comm_release(n);
     n->host->destroy(n->host);
     free(n);
@@ -389,12 +401,14 @@ static tfb_status nc_split(tfb_comm *c, int color, int key, tfb_comm **out) {
 /* NCCL communicator of host's ranks: host rank 0 makes the id, every rank joins (collective over host). */
 static tfb_status nccl_open(nccl_comm *n) {
     ncclUniqueId id;
+    ncclComm_t comm = NULL;
     if (n->host->size == 1) return TFB_OK;
     memset(&id, 0, sizeof id);
     if (n->host->rank == 0) TFB_CHECK_NCCL(ncclGetUniqueId(&id));
     TFB_TRY(n->host->bcast(n->host, &id, sizeof id / 8, TFB_COMM_U64, 0));
     TFB_CHECK_CUDA(cudaSetDevice(n->be->device));
-    TFB_CHECK_NCCL(ncclCommInitRank(&n->nccl, n->host->size, id, n->host->rank));
+    TFB_CHECK_NCCL(ncclCommInitRank(&comm, n->host->size, id, n->host->rank));
+    n->nccl = comm; /* only a communicator that was made is destroyed on a later failure */
     return TFB_OK;
 }
 
