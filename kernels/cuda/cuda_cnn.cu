@@ -598,6 +598,23 @@ static tfb_status cuda_bn_running_update(void *ctx, float *run_mean, float *run_
 
 /* ---- pooling ---- */
 
+/* The largest x in output (i, j)'s window, x's plane element a = ih * w + iw sitting at x[a * step]; *arg gets
+ * its a (the first of equal values), -1 when the window lies wholly in the padding. */
+template <typename T>
+__device__ __forceinline__ float window_max(const T *x, size_t step, const tfb_pool_desc &s, int i, int j, int *arg) {
+    float best = -INFINITY;
+    int at = -1;
+    for (int a = 0; a < s.r; a++)
+        for (int b = 0; b < s.r; b++) {
+            int ih = i * s.stride - s.pad + a, iw = j * s.stride - s.pad + b;
+            if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+            float v = ldf(x, (size_t)(ih * s.w + iw) * step);
+            if (v > best || at < 0) { best = v; at = ih * s.w + iw; }
+        }
+    *arg = at;
+    return best;
+}
+
 /* One block per (image, channel) plane; its threads stride over the plane's p x q outputs. x and y of type T. */
 template <typename T>
 __global__ void k_maxpool_fwd(T *y, int *argmax, const T *x, tfb_pool_desc s) {
@@ -605,17 +622,8 @@ __global__ void k_maxpool_fwd(T *y, int *argmax, const T *x, tfb_pool_desc s) {
     const T *in = x + (size_t)blockIdx.x * s.h * s.w;
     size_t out = (size_t)blockIdx.x * pq;
     TFB_ROW_LOOP(o, pq) {
-        int i = o / s.q, j = o - i * s.q, arg = -1;
-        float best = -INFINITY;
-        for (int a = 0; a < s.r; a++)
-            for (int b = 0; b < s.r; b++) {
-                int ih = i * s.stride - s.pad + a, iw = j * s.stride - s.pad + b;
-                if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
-                float v = ldf(in, (size_t)(ih * s.w + iw));
-                if (v > best || arg < 0) { best = v; arg = ih * s.w + iw; }
-            }
-        stf(y, out + o, best); /* a value of x: exact in T */
-        argmax[out + o] = arg;
+        int i = o / s.q, j = o - i * s.q;
+        stf(y, out + o, window_max(in, 1, s, i, j, &argmax[out + o])); /* a value of x: exact in T */
     }
 }
 
@@ -627,17 +635,8 @@ __global__ void k_maxpool_fwd_nhwc(T *y, int *argmax, const T *x, tfb_pool_desc 
     const T *img = x + (size_t)b * s.h * s.w * s.c;
     size_t out = (size_t)blockIdx.x * qc;
     TFB_ROW_LOOP(e, qc) {
-        int j = e / s.c, ch = e - j * s.c, arg = -1;
-        float best = -INFINITY;
-        for (int a = 0; a < s.r; a++)
-            for (int f = 0; f < s.r; f++) {
-                int ih = i * s.stride - s.pad + a, iw = j * s.stride - s.pad + f;
-                if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
-                float v = ldf(img, (size_t)(ih * s.w + iw) * s.c + ch);
-                if (v > best || arg < 0) { best = v; arg = ih * s.w + iw; }
-            }
-        stf(y, out + e, best);
-        argmax[out + e] = arg;
+        int j = e / s.c, ch = e - j * s.c;
+        stf(y, out + e, window_max(img + ch, (size_t)s.c, s, i, j, &argmax[out + e]));
     }
 }
 
