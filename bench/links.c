@@ -357,10 +357,14 @@ int tfb_links_main(int argc, char **argv) {
         st = bad_path ? TFB_ERR_ARG : links_run(&L);
     }
     if (L.json) cJSON_Delete(L.json);
-    if (L.be) { L.be->free(L.be->ctx, L.a); L.be->free(L.be->ctx, L.b); L.be->destroy(L.be); }
+    if (L.be) { L.be->free(L.be->ctx, L.a); L.be->free(L.be->ctx, L.b); }
     free(L.host);
     int code = st == TFB_OK ? 0 : st == TFB_ERR_ARG ? 2 : 1, worst = code;
     L.w->allreduce(L.w, &worst, 1, TFB_COMM_I32, TFB_MAX);
+    /* the world communicator (on a GPU NCCL's) before the backend, and only after a run that ended well: NCCL's
+     * teardown may wait for a peer that is gone */
+    if (worst == 0) L.w->destroy(L.w);
+    if (L.be) L.be->destroy(L.be);
     tfb_comm_mpi_finalize();
     return worst;
 }

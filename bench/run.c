@@ -344,6 +344,16 @@ static void end_if_rank_local(run_ctx *r, tfb_status st) {
     r->world->abort(r->world, exit_code(st));
 }
 
+/* A job that ended well on every rank releases its world communicator (on a GPU the device one, which holds NCCL's)
+ * and then its backend, before MPI ends. After a failure both are left to the exit: NCCL's teardown may wait for a
+ * peer that is gone. */
+static void release_job(run_ctx *r) {
+    r->world->destroy(r->world); /* MPI_COMM_WORLD itself stays MPI's */
+    r->world = NULL;
+    if (r->be) r->be->destroy(r->be);
+    r->be = NULL;
+}
+
 static void free_records(run_ctx *r) {
     for (int i = 0; i < r->n_strategies; i++) tfb_record_free(&r->recs[i]);
 }
@@ -372,6 +382,7 @@ int tfb_run_main(int argc, char **argv) {
     free(r.rank_binding);
     free(r.rank_node);
     tfb_topo_free(&r.topo);
+    if (worst == 0) release_job(&r);
     tfb_comm_mpi_finalize();
     return worst;
 }

@@ -310,13 +310,19 @@ def test_cuda_emu_training():
     test_cuda_emu_communicator()
 
 
+def emu_live_at_exit(err):
+    """Each rank's (device buffers, events, streams) still live at exit, as the emulator says with TFB_EMU_LEAKS=1."""
+    return re.findall(r"cuda emulator: live at exit: (\d+) device buffers, (\d+) events, (\d+) streams", err)
+
+
 def test_cuda_emu_communicator():
     """Where NCCL's header is there (HAVE_EMU_NCCL), the emulated ranks above talk through the CUDA backend's own
     communicator (cuda_comm.cu) over tests/emu/emu_nccl.c, NCCL's calls done by MPI. Here also the layouts whose
     communicators are splits of splits (data x tensor, tensor x pipeline on four ranks), ResNet's tensor parallelism
     (all-gathers of device buffers), every collective on exact data (links), and a failure NCCL reports
     asynchronously (EMU_NCCL_ASYNC_ERROR, as when a peer died): the job ends with the message naming the rank and
-    NCCL's error, a non-zero status and no results file."""
+    NCCL's error, a non-zero status and no results file. A hung peer is named by the watchdog, and a job that ended
+    well leaves no device buffer, event or stream live."""
     config = open(os.path.join(os.path.dirname(BIN), "config.h")).read()
     if "#define HAVE_EMU_NCCL 1" not in config:
         print("skip cuda_emu communicator: not built (no nccl.h)")
@@ -330,14 +336,18 @@ def test_cuda_emu_communicator():
     # every collective and the paired send/receive of the communicator on exact data (tfbench links counts the
     # wrong elements), on three ranks so each rank's block sits at a different offset
     out = os.path.join(TMP, "emu_links.json")
-    p = subprocess.run(["mpirun", "-np", "3", EMU_BIN, "links", "--device", "cuda", "-e", "64K", "-n", "2", "--output",
-                        out], env=ENV, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(["mpirun", "-np", "3", "-x", "TFB_EMU_LEAKS", EMU_BIN, "links", "--device", "cuda", "-e", "64K",
+                        "-n", "2", "--output", out], env=dict(ENV, TFB_EMU_LEAKS="1"), capture_output=True, text=True,
+                       timeout=300)
     r = json.load(open(out)) if p.returncode == 0 and os.path.exists(out) else {}
     ops = {c["op"] for c in r.get("collectives", [])}
     wrong = sum(c["wrong"] for c in r.get("collectives", []))
     check("cuda_emu_links_every_collective_exact_on_3_ranks", r.get("backend") == "cuda-emu" and wrong == 0 and
           ops == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "sendrecv"} and len(r.get("pairs", [])) > 0,
           f"rc {p.returncode} ops {ops} wrong {wrong} {p.stderr[-300:]!r}")
+    live = emu_live_at_exit(p.stderr)
+    check("cuda_emu_links_releases_its_device_memory_events_and_streams", p.returncode == 0 and
+          live == [("0", "0", "0")] * 3, f"rc {p.returncode} live {live}")
     # the device collectives go through emu_nccl.c: with its all-reduces perturbed, the tensor-parallel losses move
     runs = []
     for wrong in ("0", "1"):
@@ -373,6 +383,16 @@ def test_cuda_emu_communicator():
     check("cuda_emu_hung_peer_report_names_the_unfinished_collective", rc not in (0, None) and m and
           int(m.group(1)) > 1 and (int(m.group(1)) - 1) % 3 == 0 and "rank 1]: the device" not in err and
           not os.path.exists(out), f"rc {rc} {err[-400:]!r}")
+    # a job that ended well released every device buffer, event and stream it made: a comparison run (one rank,
+    # then data, tensor and pipeline parallel, each with its split communicators) leaves none live at exit, the
+    # world's NCCL communicator and its ring of events included (TFB_EMU_LEAKS=1: the emulator counts them)
+    out = os.path.join(TMP, "emu_leaks.json")
+    p = subprocess.run(["mpirun", "-np", "2", "-x", "TFB_EMU_LEAKS", EMU_BIN] + EMU_BERT + [
+        "--device", "cuda", "--steps", "1", "--warmup", "0", "--peak-tflops", "1", "--progress", "off", "--output",
+        out], env=dict(ENV, TFB_EMU_LEAKS="1"), capture_output=True, text=True, timeout=300)
+    live = emu_live_at_exit(p.stderr)
+    check("cuda_emu_job_releases_its_device_memory_events_and_streams", p.returncode == 0 and
+          live == [("0", "0", "0")] * 2, f"rc {p.returncode} live {live} {p.stderr[-300:]!r}")
 
 
 def test_rank_failure():

@@ -1,6 +1,7 @@
 /* cuda_emu.cpp — the scheduler behind tests/emu/cuda_emu.h: a block's threads as fibers on the host thread,
  * barriers and warp shuffles as the points where they meet, and the few CUDA runtime calls the kernel files make
- * (memset, copies, the last error) done synchronously on host memory.
+ * (memset, copies, the last error) done synchronously on host memory. With TFB_EMU_LEAKS=1 it says at exit how many
+ * device buffers, events and streams are still live.
  *
  * A fiber switch on x86-64 is six register pushes and a stack swap (tfb_emu_switch below), announced to
  * AddressSanitizer when it is on; elsewhere it is ucontext's, whose signal-mask system calls cost about as much as
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <ucontext.h>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
@@ -310,8 +312,11 @@ static std::map<uintptr_t, size_t> &device_ranges(void) {
     return m;
 }
 
+static void leak_watch(void);
+
 void tfb_emu_device_range(const void *p, size_t bytes, int add) {
     if (!p) return;
+    leak_watch();
     if (add) device_ranges()[(uintptr_t)p] = bytes;
     else device_ranges().erase((uintptr_t)p);
 }
@@ -348,6 +353,7 @@ static cudaError_t event_check(cudaEvent_t e) {
 
 cudaError_t tfb_emu_event_create(cudaEvent_t *e, unsigned flags) {
     (void)flags;
+    leak_watch();
     void *p = malloc(1); /* a unique handle while the event lives */
     if (!p) return cudaErrorMemoryAllocation;
     std::lock_guard<std::mutex> hold(live_events_lock);
@@ -377,15 +383,40 @@ cudaError_t tfb_emu_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned fl
     return event_check(e);
 }
 
+static std::atomic<int> live_streams(0);
+
 cudaError_t tfb_emu_stream_create(cudaStream_t *s, unsigned flags) {
     (void)flags;
+    leak_watch();
     *s = (cudaStream_t)malloc(1);
+    live_streams += *s != NULL;
     return *s ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
 cudaError_t tfb_emu_stream_destroy(cudaStream_t s) {
+    live_streams -= s != NULL;
     free((void *)s);
     return cudaSuccess;
+}
+
+/* TFB_EMU_LEAKS=1: at exit, how many device buffers, events and streams are still live, so a test can see that a
+ * job that ended well released all it made (through the backend's destroy and each communicator's). */
+static void leak_report(void) {
+    std::lock_guard<std::mutex> hold(live_events_lock);
+    fprintf(stderr, "cuda emulator: live at exit: %zu device buffers, %zu events, %d streams\n",
+            device_ranges().size(), live_events().size(), live_streams.load());
+}
+
+/* Registers leak_report once, after the sets it reads exist, so it runs before their destructors. */
+static void leak_watch(void) {
+    static const bool watching = [] {
+        const char *v = getenv("TFB_EMU_LEAKS");
+        if (!v || strcmp(v, "1") != 0) return false;
+        device_ranges();
+        live_events();
+        return atexit(leak_report) == 0;
+    }();
+    (void)watching;
 }
 
 cudaError_t tfb_emu_set_device(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
