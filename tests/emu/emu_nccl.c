@@ -4,13 +4,13 @@
  * in-place rules, and grouped sends and receives. Every call completes before it returns (the emulator has no
  * streams), so the ordering cuda_comm.cu builds with events is not exercised here, nor are NCCL's algorithms.
  *
- * The id names the rank that made it (the communicator's rank 0, in MPI_COMM_WORLD) and a serial number; every
- * other member sends its world rank to the maker, which answers with the members' world ranks in communicator
- * order, and the members make an MPI communicator of exactly those ranks (MPI_Comm_create_group, collective over
- * them alone). The bootstrap's tags start at 20000, above tfbench's own. Test hooks: EMU_NCCL_ASYNC_ERROR=N makes
- * ncclCommGetAsyncError report error N, as NCCL does when a peer has failed; EMU_NCCL_WRONG=1 adds 1 to the first
- * element of every FP32 all-reduce's result on the communicator's rank 0 (so a test sees the device collectives
- * go through here).
+ * The id names the rank that made it (the communicator's rank 0, in MPI_COMM_WORLD) and a serial number; every other
+ * member sends its world rank to the maker, which answers with the members' world ranks in communicator order, and
+ * the members make an MPI communicator of exactly those ranks (MPI_Comm_create_group, collective over them alone).
+ * The bootstrap's tags start at 20000, above tfbench's own. Test hooks: EMU_NCCL_ASYNC_ERROR=N makes
+ * ncclCommGetAsyncError of a communicator that has had an operation report error N, as NCCL does when a peer has
+ * failed during one; EMU_NCCL_WRONG=1 adds 1 to the first element of every FP32 all-reduce's result on the
+ * communicator's rank 0 (so a test sees the device collectives go through here).
  */
 #include <mpi.h>
 #include <nccl.h>
@@ -21,6 +21,7 @@
 struct ncclComm {
     MPI_Comm mc;   /* the members, ranked as in NCCL */
     int rank, size;
+    unsigned long ops; /* operations called, for EMU_NCCL_ASYNC_ERROR */
 };
 
 enum { TAG0 = 20000, TAGS = 10000, MAX_GROUP = 64 };
@@ -150,7 +151,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async) {
     const char *v = getenv("EMU_NCCL_ASYNC_ERROR");
     if (!comm) return ncclInvalidArgument;
-    *async = v && v[0] ? (ncclResult_t)atoi(v) : ncclSuccess;
+    *async = v && v[0] && comm->ops ? (ncclResult_t)atoi(v) : ncclSuccess;
     return ncclSuccess;
 }
 
@@ -158,6 +159,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
                            ncclComm_t comm, cudaStream_t stream) {
     (void)stream;
     if (!comm || mpi_type(t) == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
+    comm->ops++;
     int rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, mpi_type(t), mpi_op(op), comm->mc);
     const char *wrong = getenv("EMU_NCCL_WRONG");
     if (rc == MPI_SUCCESS && wrong && atoi(wrong) == 1 && t == ncclFloat32 && comm->rank == 0 && count > 0)
@@ -170,6 +172,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
                            cudaStream_t stream) {
     (void)stream;
     if (!comm || mpi_type(t) == MPI_DATATYPE_NULL) return ncclInvalidArgument;
+    comm->ops++;
     const char *mine = (const char *)recv + (size_t)comm->rank * count * type_size(t);
     return mpi_result(MPI_Allgather(send == mine ? MPI_IN_PLACE : send, (int)count, mpi_type(t), recv, (int)count,
                                     mpi_type(t), comm->mc));
@@ -181,6 +184,7 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
                                ncclComm_t comm, cudaStream_t stream) {
     (void)stream;
     if (!comm || mpi_type(t) == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
+    comm->ops++;
     size_t all = count * (size_t)comm->size * type_size(t);
     const char *s = send, *r = recv;
     void *copy = NULL;
@@ -198,6 +202,7 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataT
                            cudaStream_t stream) {
     (void)stream;
     if (!comm || mpi_type(t) == MPI_DATATYPE_NULL || root < 0 || root >= comm->size) return ncclInvalidArgument;
+    comm->ops++;
     if (comm->rank == root && send != recv) memmove(recv, send, count * type_size(t));
     return mpi_result(MPI_Bcast(recv, (int)count, mpi_type(t), root, comm->mc));
 }
@@ -205,6 +210,7 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataT
 /* A send or receive: queued inside a group, else done at once. */
 static ncclResult_t p2p(int is_send, void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm) {
     if (!comm || mpi_type(t) == MPI_DATATYPE_NULL || peer < 0 || peer >= comm->size) return ncclInvalidArgument;
+    comm->ops++;
     if (G.depth > 0) {
         if (G.n == MAX_GROUP) return ncclInternalError;
         G.ops[G.n++] = (emu_p2p){is_send, buf, count, t, peer, comm};
