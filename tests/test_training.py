@@ -372,9 +372,10 @@ def test_cuda_emu_communicator():
     check("cuda_emu_nccl_async_error_ends_the_job_with_a_message", rc not in (0, None) and not os.path.exists(out)
           and re.search(failed, err), f"rc {rc} {err[-400:]!r}")
     # a peer that stalls at step 3: the waiting rank's watchdog also names the collective the device has not finished
-    # (on a GPU the host has queued past it; here the emulated NCCL call has not returned), the first of step 3 on
-    # its communicator, so three steps' worth of operations came before it. The timeout leaves the emulated steps of
-    # a sanitizer build room: a rank waits for its peer's layer in every collective.
+    # (recorded on its stream, its event not reached: the emulated operation is stuck where the compute stream waits
+    # for it), the first of step 3 on its communicator, so three steps' worth of operations came before it. The
+    # timeout leaves the emulated steps of a sanitizer build room: a rank waits for its peer's layer in every
+    # collective.
     out = os.path.join(TMP, "emu_hang.json")
     rc, err = run_job(["mpirun", "-np", "2", EMU_BIN] + EMU_BERT + [
         "--device", "cuda", "--parallel", "tensor", "--steps", "6", "--warmup", "0", "--peak-tflops", "1",

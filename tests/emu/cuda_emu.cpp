@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <ucontext.h>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -333,76 +334,164 @@ cudaError_t tfb_emu_pointer_attributes(cudaPointerAttributes *a, const void *p) 
     return cudaSuccess;
 }
 
-/* Work runs when it is queued, so a stream has nothing pending and every event has happened; an event is checked
- * to be one that exists (created, not yet destroyed) wherever it is used, against the set of live events. A lock
- * guards the set: tfbench's watchdog queries events from its own thread (the backend's pending_text). */
+/* Streams and events. Kernels and copies run when they are queued, on the compute stream (the default stream, 0).
+ * A stream made with cudaStreamCreate (a communicator's) instead keeps what is deferred to it (tfb_emu_defer: the
+ * emulated NCCL's operations) until something needs it, as a GPU runs it at a time of its own: a stream that waits
+ * for an event of that stream (cudaStreamWaitEvent), the stream's end, or tfb_emu_flush_all (the emulated
+ * ncclCommDestroy). A sync of the compute stream does not run it, as a GPU's does not wait for work the compute
+ * stream does not depend on. Deferred work runs in the order it was queued over all streams, which is the host's
+ * program order, so the ranks' MPI calls match as they would if each ran at once. An event marks how much of its
+ * stream came before it and has happened once that much has run; a query never runs anything. So work that reads a
+ * collective's result without waiting for it sees the old data, and the watchdog sees a collective recorded but not
+ * yet run.
+ *
+ * Every event is checked to exist (created, not yet destroyed) wherever it is used, against the set of live
+ * events. One lock guards the set, the streams' counts and the deferred work: tfbench's watchdog queries events
+ * from its own thread (the backend's pending_text). Deferred work runs on the host thread, outside the lock. */
+struct emu_stream {
+    unsigned long long queued, done; /* deferred works queued to this stream, and run */
+};
+struct emu_event {
+    emu_stream *s;                   /* NULL: recorded on the compute stream (or never), so it has happened */
+    unsigned long long target;       /* it has happened once s->done reaches this */
+};
+struct emu_work {
+    void (*run)(void *);
+    void *arg;
+    emu_stream *s;
+};
+
 static std::set<uintptr_t> &live_events(void) {
     static std::set<uintptr_t> s;
     return s;
 }
-static std::mutex live_events_lock;
+static std::deque<emu_work> &deferred(void) {
+    static std::deque<emu_work> q;
+    return q;
+}
+static std::mutex state_lock;
+static std::atomic<int> live_streams(0);
 
-static cudaError_t event_check(cudaEvent_t e) {
-    std::lock_guard<std::mutex> hold(live_events_lock);
+static emu_event *event_check(cudaEvent_t e) {
+    std::lock_guard<std::mutex> hold(state_lock);
     if (!live_events().count((uintptr_t)(void *)e)) {
         fprintf(stderr, "cuda emulator: an event used that was never created or was destroyed\n");
         abort();
     }
-    return cudaSuccess;
+    return (emu_event *)(void *)e;
+}
+
+/* Runs the oldest deferred work; 0 when there was none. */
+static int run_oldest(void) {
+    emu_work w;
+    {
+        std::lock_guard<std::mutex> hold(state_lock);
+        if (deferred().empty()) return 0;
+        w = deferred().front();
+        deferred().pop_front();
+    }
+    w.run(w.arg);
+    std::lock_guard<std::mutex> hold(state_lock);
+    w.s->done++;
+    return 1;
+}
+
+/* Deferred work, oldest first, until s has run its first `target` works. */
+static void run_until(emu_stream *s, unsigned long long target) {
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> hold(state_lock);
+            if (s->done >= target) return;
+        }
+        if (!run_oldest()) return;
+    }
+}
+
+extern "C" void tfb_emu_defer(cudaStream_t stream, void (*run)(void *), void *arg) {
+    emu_stream *s = (emu_stream *)(void *)stream;
+    if (!s) { run(arg); return; }
+    std::lock_guard<std::mutex> hold(state_lock);
+    deferred().push_back(emu_work{run, arg, s});
+    s->queued++;
+}
+
+extern "C" void tfb_emu_flush_all(void) {
+    while (run_oldest()) {}
 }
 
 cudaError_t tfb_emu_event_create(cudaEvent_t *e, unsigned flags) {
     (void)flags;
     leak_watch();
-    void *p = malloc(1); /* a unique handle while the event lives */
+    emu_event *p = (emu_event *)calloc(1, sizeof *p);
     if (!p) return cudaErrorMemoryAllocation;
-    std::lock_guard<std::mutex> hold(live_events_lock);
+    std::lock_guard<std::mutex> hold(state_lock);
     live_events().insert((uintptr_t)p);
-    *e = (cudaEvent_t)p;
+    *e = (cudaEvent_t)(void *)p;
     return cudaSuccess;
 }
 
 cudaError_t tfb_emu_event_destroy(cudaEvent_t e) {
-    event_check(e);
-    std::lock_guard<std::mutex> hold(live_events_lock);
-    live_events().erase((uintptr_t)(void *)e);
-    free((void *)e);
+    emu_event *ev = event_check(e);
+    std::lock_guard<std::mutex> hold(state_lock);
+    live_events().erase((uintptr_t)ev);
+    free(ev);
     return cudaSuccess;
 }
 
-cudaError_t tfb_emu_event_record(cudaEvent_t e, cudaStream_t s) {
-    (void)s;
-    return event_check(e);
+cudaError_t tfb_emu_event_record(cudaEvent_t e, cudaStream_t stream) {
+    emu_event *ev = event_check(e);
+    emu_stream *s = (emu_stream *)(void *)stream;
+    std::lock_guard<std::mutex> hold(state_lock);
+    ev->s = s;
+    ev->target = s ? s->queued : 0;
+    return cudaSuccess;
 }
 
-cudaError_t tfb_emu_event_query(cudaEvent_t e) { return event_check(e); }
+cudaError_t tfb_emu_event_query(cudaEvent_t e) {
+    emu_event *ev = event_check(e);
+    std::lock_guard<std::mutex> hold(state_lock);
+    return !ev->s || ev->s->done >= ev->target ? cudaSuccess : cudaErrorNotReady;
+}
 
-cudaError_t tfb_emu_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned flags) {
-    (void)s;
+/* A stream that waits for another's event needs what came before it there: it runs now. */
+cudaError_t tfb_emu_stream_wait_event(cudaStream_t stream, cudaEvent_t e, unsigned flags) {
     (void)flags;
-    return event_check(e);
+    emu_event *ev = event_check(e);
+    emu_stream *s, *from;
+    unsigned long long target;
+    {
+        std::lock_guard<std::mutex> hold(state_lock);
+        s = (emu_stream *)(void *)stream;
+        from = ev->s;
+        target = ev->target;
+    }
+    if (from && from != s) run_until(from, target);
+    return cudaSuccess;
 }
-
-static std::atomic<int> live_streams(0);
 
 cudaError_t tfb_emu_stream_create(cudaStream_t *s, unsigned flags) {
     (void)flags;
     leak_watch();
-    *s = (cudaStream_t)malloc(1);
-    live_streams += *s != NULL;
-    return *s ? cudaSuccess : cudaErrorMemoryAllocation;
+    emu_stream *p = (emu_stream *)calloc(1, sizeof *p);
+    live_streams += p != NULL;
+    *s = (cudaStream_t)(void *)p;
+    return p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
-cudaError_t tfb_emu_stream_destroy(cudaStream_t s) {
-    live_streams -= s != NULL;
-    free((void *)s);
+/* As on a GPU, the stream's work completes even though its handle goes. */
+cudaError_t tfb_emu_stream_destroy(cudaStream_t stream) {
+    emu_stream *s = (emu_stream *)(void *)stream;
+    if (!s) return cudaSuccess;
+    run_until(s, s->queued);
+    live_streams--;
+    free(s);
     return cudaSuccess;
 }
 
 /* TFB_EMU_LEAKS=1: at exit, how many device buffers, events and streams are still live, so a test can see that a
  * job that ended well released all it made (through the backend's destroy and each communicator's). */
 static void leak_report(void) {
-    std::lock_guard<std::mutex> hold(live_events_lock);
+    std::lock_guard<std::mutex> hold(state_lock);
     fprintf(stderr, "cuda emulator: live at exit: %zu device buffers, %zu events, %d streams\n",
             device_ranges().size(), live_events().size(), live_streams.load());
 }
@@ -414,6 +503,7 @@ static void leak_watch(void) {
         if (!v || strcmp(v, "1") != 0) return false;
         device_ranges();
         live_events();
+        deferred();
         return atexit(leak_report) == 0;
     }();
     (void)watching;

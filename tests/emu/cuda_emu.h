@@ -179,7 +179,9 @@ cudaError_t tfb_emu_memcpy(void *dst, const void *src, size_t bytes, cudaMemcpyK
 cudaError_t tfb_emu_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t s = 0);
 /* For the communicator (cuda_comm.cu): device memory is what the emulated backend registered as such (its
- * allocations, as ranges); streams and events exist but have nothing to wait for, as every call completes at once. */
+ * allocations, as ranges). A created stream keeps the work deferred to it (tfb_emu_defer: the emulated NCCL's
+ * operations) until a stream waits for one of its events, the stream goes, or tfb_emu_flush_all (the emulated
+ * ncclCommDestroy, which lets every operation finish). */
 void tfb_emu_device_range(const void *p, size_t bytes, int add);
 cudaError_t tfb_emu_pointer_attributes(cudaPointerAttributes *a, const void *p);
 cudaError_t tfb_emu_event_create(cudaEvent_t *e, unsigned flags);
@@ -190,6 +192,8 @@ cudaError_t tfb_emu_stream_wait_event(cudaStream_t s, cudaEvent_t e, unsigned fl
 cudaError_t tfb_emu_stream_create(cudaStream_t *s, unsigned flags);
 cudaError_t tfb_emu_stream_destroy(cudaStream_t s);
 cudaError_t tfb_emu_set_device(int device);
+extern "C" void tfb_emu_defer(cudaStream_t s, void (*run)(void *), void *arg);
+extern "C" void tfb_emu_flush_all(void);
 #define cudaPointerGetAttributes tfb_emu_pointer_attributes
 #define cudaEventCreateWithFlags tfb_emu_event_create
 #define cudaEventDestroy tfb_emu_event_destroy

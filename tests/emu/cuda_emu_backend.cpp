@@ -46,9 +46,12 @@ static tfb_status emu_copy(void *ctx, void *dst, const void *src, size_t bytes) 
     return TFB_OK;
 }
 
-static tfb_status emu_sync(void *ctx) {
-    (void)ctx;
-    return TFB_OK;
+/* As on a GPU, waiting for the device is where the communicators' failures surface (tfb_cuda_stream_wait). */
+static tfb_status emu_sync(void *ctx) { return tfb_cuda_stream_wait((cuda_ctx *)ctx); }
+
+static tfb_status emu_copy_d2h(void *ctx, void *dst, const void *src, size_t bytes) {
+    memmove(dst, src, bytes);
+    return emu_sync(ctx);
 }
 
 static void emu_destroy(tfb_backend *be) {
@@ -71,7 +74,9 @@ extern "C" void tfb_cuda_report(const char *call, const char *file, int line, co
     tfb_check_report(call, file, line, detail);
 }
 
-/* Nothing is pending (work runs when queued), but as on a GPU a wait is where a communicator's failure surfaces. */
+/* The compute stream's work ran when queued, and so did every collective it waits for (cudaStreamWaitEvent); a
+ * collective it does not wait for stays deferred, as a GPU's sync of the compute stream does not wait for it. As on
+ * a GPU, a wait is where a communicator's failure surfaces. */
 tfb_status tfb_cuda_stream_wait(cuda_ctx *c) {
 #if HAVE_EMU_NCCL
     if (c->comms) return tfb_cuda_comms_poll(c);
@@ -81,7 +86,8 @@ tfb_status tfb_cuda_stream_wait(cuda_ctx *c) {
 }
 
 #if HAVE_EMU_NCCL
-/* Work runs when queued, so only a collective whose NCCL call has not returned (a peer missing) is unfinished. */
+/* Kernels run when queued, so only the communicators' collectives can be unfinished (deferred, or stuck waiting
+ * for a peer). */
 static int emu_pending_text(void *ctx, char *buf, size_t len) {
     return tfb_cuda_comms_pending_text((cuda_ctx *)ctx, buf, len);
 }
@@ -157,7 +163,7 @@ extern "C" tfb_status tfb_cuda_emu_backend_create(int sms, tfb_backend *cpu, tfb
     be->device_name = c->name;
     be->device_sms = sms;
     be->alloc = emu_alloc; be->free = emu_free;
-    be->copy_h2d = emu_copy; be->copy_d2h = emu_copy; be->copy_d2d = emu_copy;
+    be->copy_h2d = emu_copy; be->copy_d2h = emu_copy_d2h; be->copy_d2d = emu_copy;
     be->sync = emu_sync; be->destroy = emu_destroy;
     tfb_cuda_kernels_install(be);
 #if HAVE_EMU_NCCL
