@@ -281,12 +281,18 @@ static ncclResult_t queue(emu_op *o, cudaStream_t stream) {
     return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t stream) {
+/* An all-reduce or a reduce-scatter. */
+static ncclResult_t queue_reduction(op_kind kind, const void *send, void *recv, size_t count, ncclDataType_t t,
+                                    ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     if (!comm || mpi_type(t) == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
-    emu_op *o = op_new(OP_ALLREDUCE, send, recv, count, t, comm, 0);
+    emu_op *o = op_new(kind, send, recv, count, t, comm, 0);
     if (o) o->op = op;
     return queue(o, stream);
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream) {
+    return queue_reduction(OP_ALLREDUCE, send, recv, count, t, op, comm, stream);
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t comm,
@@ -297,10 +303,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t stream) {
-    if (!comm || mpi_type(t) == MPI_DATATYPE_NULL || mpi_op(op) == MPI_OP_NULL) return ncclInvalidArgument;
-    emu_op *o = op_new(OP_REDUCE_SCATTER, send, recv, count, t, comm, 0);
-    if (o) o->op = op;
-    return queue(o, stream);
+    return queue_reduction(OP_REDUCE_SCATTER, send, recv, count, t, op, comm, stream);
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
