@@ -311,8 +311,10 @@ def test_cuda_emu_training():
 
 
 def emu_live_at_exit(err):
-    """Each rank's (device buffers, events, streams) still live at exit, as the emulator says with TFB_EMU_LEAKS=1."""
-    return re.findall(r"cuda emulator: live at exit: (\d+) device buffers, (\d+) events, (\d+) streams", err)
+    """Each rank's (device buffers, events, streams, deferred operations never run) at exit, as the emulator says with
+    TFB_EMU_LEAKS=1."""
+    return re.findall(r"cuda emulator: live at exit: (\d+) device buffers, (\d+) events, (\d+) streams, (\d+) "
+                      r"deferred operations", err)
 
 
 def test_cuda_emu_communicator():
@@ -347,7 +349,7 @@ def test_cuda_emu_communicator():
           f"rc {p.returncode} ops {ops} wrong {wrong} {p.stderr[-300:]!r}")
     live = emu_live_at_exit(p.stderr)
     check("cuda_emu_links_releases_its_device_memory_events_and_streams", p.returncode == 0 and
-          live == [("0", "0", "0")] * 3, f"rc {p.returncode} live {live}")
+          live == [("0", "0", "0", "0")] * 3, f"rc {p.returncode} live {live}")
     # the device collectives go through emu_nccl.c: with its all-reduces perturbed, the tensor-parallel losses move
     runs = []
     for wrong in ("0", "1"):
@@ -372,8 +374,9 @@ def test_cuda_emu_communicator():
     check("cuda_emu_nccl_async_error_ends_the_job_with_a_message", rc not in (0, None) and not os.path.exists(out)
           and re.search(failed, err), f"rc {rc} {err[-400:]!r}")
     # a peer that stalls at step 3: the waiting rank's watchdog also names the collective the device has not finished
-    # (recorded on its stream, its event not reached: the emulated operation is stuck where the compute stream waits
-    # for it), the first of step 3 on its communicator, so three steps' worth of operations came before it. The
+    # and where it is: "queued on the device" (recorded on its stream, its event not reached: the emulated operation is
+    # stuck where the compute stream waits for it; a blocking emulation would leave the host inside the NCCL call), the
+    # first of step 3 on its communicator, so three steps' worth of operations came before it. The
     # timeout leaves the emulated steps of a sanitizer build room: a rank waits for its peer's layer in every
     # collective.
     out = os.path.join(TMP, "emu_hang.json")
@@ -381,20 +384,21 @@ def test_cuda_emu_communicator():
         "--device", "cuda", "--parallel", "tensor", "--steps", "6", "--warmup", "0", "--peak-tflops", "1",
         "--progress", "off", "--inject-hang", "3", "--timeout", "10", "--output", out])
     m = re.search(r"rank 0\]: the device has not finished: all-reduce, operation (\d+) on a communicator of 2 ranks "
-                  r"\(this rank is its rank 0\); 1 collective unfinished", err)
+                  r"\(this rank is its rank 0\), queued on the device; 1 collective unfinished", err)
     check("cuda_emu_hung_peer_report_names_the_unfinished_collective", rc not in (0, None) and m and
           int(m.group(1)) > 1 and (int(m.group(1)) - 1) % 3 == 0 and "rank 1]: the device" not in err and
           not os.path.exists(out), f"rc {rc} {err[-400:]!r}")
     # a job that ended well released every device buffer, event and stream it made: a comparison run (one rank,
     # then data, tensor and pipeline parallel, each with its split communicators) leaves none live at exit, the
-    # world's NCCL communicator and its ring of events included (TFB_EMU_LEAKS=1: the emulator counts them)
+    # world's NCCL communicator and its ring of events included, and no collective it queued was left unrun
+    # (TFB_EMU_LEAKS=1: the emulator counts them)
     out = os.path.join(TMP, "emu_leaks.json")
     p = subprocess.run(["mpirun", "-np", "2", "-x", "TFB_EMU_LEAKS", EMU_BIN] + EMU_BERT + [
         "--device", "cuda", "--steps", "1", "--warmup", "0", "--peak-tflops", "1", "--progress", "off", "--output",
         out], env=dict(ENV, TFB_EMU_LEAKS="1"), capture_output=True, text=True, timeout=300)
     live = emu_live_at_exit(p.stderr)
     check("cuda_emu_job_releases_its_device_memory_events_and_streams", p.returncode == 0 and
-          live == [("0", "0", "0")] * 2, f"rc {p.returncode} live {live} {p.stderr[-300:]!r}")
+          live == [("0", "0", "0", "0")] * 2, f"rc {p.returncode} live {live} {p.stderr[-300:]!r}")
 
 
 def test_rank_failure():

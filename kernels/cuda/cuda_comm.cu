@@ -206,8 +206,11 @@ int tfb_cuda_comms_pending_text(cuda_ctx *be, char *buf, size_t len) {
     char older[96] = "";
     if (r.forgotten)
         snprintf(older, sizeof older, ", or one before it (a communicator remembers its last %d)", PENDING_RING);
-    snprintf(buf, len, "%s, operation %llu on a communicator of %d ranks (this rank is its rank %d)%s; %d "
-             "collective%s unfinished in all", r.op.what, r.op.number, r.size, r.rank, older, r.unfinished,
+    /* recorded: the host returned from NCCL and the device has not reached the operation's end; else the host is
+     * still inside the NCCL call (a transport that blocks the host, or a thread other than the one waiting) */
+    const char *where = r.op.recorded ? "queued on the device" : "the host still inside the NCCL call";
+    snprintf(buf, len, "%s, operation %llu on a communicator of %d ranks (this rank is its rank %d), %s%s; %d "
+             "collective%s unfinished in all", r.op.what, r.op.number, r.size, r.rank, where, older, r.unfinished,
              r.unfinished == 1 ? "" : "s");
     return 1;
 }

@@ -488,12 +488,13 @@ cudaError_t tfb_emu_stream_destroy(cudaStream_t stream) {
     return cudaSuccess;
 }
 
-/* TFB_EMU_LEAKS=1: at exit, how many device buffers, events and streams are still live, so a test can see that a
- * job that ended well released all it made (through the backend's destroy and each communicator's). */
+/* TFB_EMU_LEAKS=1: at exit, how many device buffers, events and streams are still live, and how many deferred
+ * operations never ran, so a test can see that a job that ended well released all it made (through the backend's
+ * destroy and each communicator's) and left no collective behind. */
 static void leak_report(void) {
     std::lock_guard<std::mutex> hold(state_lock);
-    fprintf(stderr, "cuda emulator: live at exit: %zu device buffers, %zu events, %d streams\n",
-            device_ranges().size(), live_events().size(), live_streams.load());
+    fprintf(stderr, "cuda emulator: live at exit: %zu device buffers, %zu events, %d streams, %zu deferred "
+            "operations\n", device_ranges().size(), live_events().size(), live_streams.load(), deferred().size());
 }
 
 /* Registers leak_report once, after the sets it reads exist, so it runs before their destructors. */
