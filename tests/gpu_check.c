@@ -1039,6 +1039,13 @@ static tfb_comm *comm_alone(tfb_comm *world, int b) {
     return dev;
 }
 
+/* The communicators check_comm_alone made, whichever it could. */
+static void comm_alone_release(tfb_comm *world, tfb_comm *solo[2]) {
+    for (int b = 0; b < 2; b++)
+        if (solo[b]) solo[b]->destroy(solo[b]);
+    if (world) world->destroy(world);
+}
+
 /* The device backend's communicator of one rank against MPI's on host memory: its collectives are copies or nothing
  * (exact), and a send or a receive, which has no peer, is refused as a bug in tfbench (it prints why) before it
  * reaches NCCL, so the hang report's record of operations holds nothing unfinished afterwards. */
@@ -1052,6 +1059,7 @@ static void check_comm_alone(void) {
         G.failed++;
         printf("| %-40s | %-4s | %10s | %7s | %-4s |\n", "comm alone: made", "-", G.mpi ? "not made" : "no MPI", "-",
                "FAIL");
+        comm_alone_release(world, solo);
         return;
     }
     pair x = rand_f32(n, -1, 1), in_place = rand_f32(n, -1, 1), gathered = poisoned(n), scattered = poisoned(n);
@@ -1081,8 +1089,7 @@ static void check_comm_alone(void) {
     if (!refused && *pending) printf("gpu_check: unfinished after the refusals: \"%s\"\n", pending);
     pair all[] = {x, in_place, gathered, scattered, swapped};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(&all[i]);
-    for (int b = 0; b < 2; b++) solo[b]->destroy(solo[b]);
-    world->destroy(world);
+    comm_alone_release(world, solo);
 }
 
 /* ---- convolutional-network ops ---- */
