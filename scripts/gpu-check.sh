@@ -8,7 +8,9 @@
 #      same seed, the per-step losses compared (FP32 1e-5, TF32 5e-3, FP16/BF16 2e-2 relative); each row is
 #      printed as it completes, so a run cut off still shows what it reached; with two or more GPUs
 #      also bert-tiny tensor and pipeline parallel on two ranks against the CPU backend on two ranks, and
-#      `tfbench links --device cuda` on two ranks (NCCL collectives on GPU buffers, every result checked); then
+#      `tfbench links --device cuda` on two ranks (NCCL collectives on GPU buffers, every result checked), and a
+#      tensor-parallel run whose second rank stalls at step 3 (--inject-hang: the job must end, rank 0's watchdog
+#      naming the all-reduce its GPU has not finished); then
 #      whether bert-tiny and resnet-tiny in FP16 repeat their losses bit for bit over two runs (a diagnostic);
 #   4. a short benchmark on one GPU: bert-large (batch 32, sequence 128) and resnet50 (batch 256) in FP32, TF32 and
 #      FP16 (resnet50's FP16 in NHWC, the default on a GPU, and in NCHW beside it; bert-large's FP16 also with
@@ -183,6 +185,25 @@ big = [x for x in r if x['size_bytes'] == max(y['size_bytes'] for y in r)]
 print('links (NCCL, 2 GPUs): wrong elements', sum(x['wrong'] for x in r), '|', ', '.join(f\"{x['op']} {x['busbw_gb_s']:.0f} GB/s\" for x in big))
 " "$out/links.json" 2>/dev/null) || { links_row="links (NCCL, 2 GPUs): FAIL, see $out/links.log"; status=1; }
     case $links_row in *"wrong elements 0 "*) ;; *) status=1 ;; esac
+    # a peer that stalls at step 3 of a tensor-parallel run: the job must end (exit non-zero, no results file) with
+    # rank 0's watchdog naming the all-reduce its GPU has not finished; where it is (expected: queued on the device,
+    # as NCCL returns once it has queued; the host still inside the NCCL call where NCCL blocks) is shown in the row
+    rm -f "$out/hang.json"
+    timeout 120 mpirun -np 2 --oversubscribe build/tfbench --device cuda --model bert-tiny --parallel tensor \
+        --steps 6 --warmup 0 --peak-tflops 1 --progress off --inject-hang 3 --timeout 20 --output "$out/hang.json" \
+        >"$out/hang.log" 2>&1
+    hang_rc=$?
+    hang_named=$(grep -o 'rank 0\]: the device has not finished: all-reduce, operation [0-9]* [^;]*' "$out/hang.log" |
+        head -1)
+    # 124: the watchdog's exit, and timeout's (which leaves nothing named)
+    if [ "$hang_rc" != 0 ] && [ ! -e "$out/hang.json" ] && [ -n "$hang_named" ]; then
+        links_row+=$'\n'"| hung peer (2 GPUs, --inject-hang 3): ended, exit $hang_rc"
+        links_row+=" | ${hang_named#*finished: } | PASS |"
+    else
+        links_row+=$'\n'"| hung peer (2 GPUs, --inject-hang 3): exit $hang_rc | ${hang_named:-nothing named}, see"
+        links_row+=" $out/hang.log | FAIL |"
+        status=1
+    fi
 fi
 
 # PyTorch's samples/s for the same step (empty when PyTorch or its GPU is missing, or the reference failed)
