@@ -1,10 +1,11 @@
 /* emu_nccl.c — NCCL's calls that kernels/cuda/cuda_comm.cu makes, done with MPI on host memory, so tfbench_emu
  * (the CUDA backend's code on the emulator, where device memory is host memory) runs its communicator on several
  * ranks: the bootstrap of every (sub-)communicator from a broadcast id, the collectives with NCCL's counts and
- * in-place rules, and grouped sends and receives. A call only queues its operation on its stream (tfb_emu_defer);
- * the emulator runs it when something needs it (tests/emu/cuda_emu.cpp), so the ordering cuda_comm.cu builds with
- * events is exercised: work that reads a result without waiting for it sees the old data. A failure while it runs
- * is the communicator's asynchronous error. NCCL's algorithms are not emulated.
+ * in-place rules, and grouped sends and receives (one communicator and one stream a group: NCCL allows several, tfbench
+ * does not use them, and a group that mixes them is refused rather than run on the first's). A call only queues its
+ * operation on its stream (tfb_emu_defer); the emulator runs it when something needs it (tests/emu/cuda_emu.cpp), so
+ * the ordering cuda_comm.cu builds with events is exercised: work that reads a result without waiting for it sees the
+ * old data. A failure while it runs is the communicator's asynchronous error. NCCL's algorithms are not emulated.
  *
  * The id names the rank that made it (the communicator's rank 0, in MPI_COMM_WORLD) and a serial number; every other
  * member sends its world rank to the maker, which answers with the members' world ranks in communicator order, and
@@ -321,6 +322,7 @@ static ncclResult_t p2p(int is_send, void *buf, size_t count, ncclDataType_t t, 
     emu_p2p one = {is_send, buf, count, t, peer, comm};
     if (G.depth > 0) {
         if (G.n == MAX_GROUP) return ncclInternalError;
+        if (G.n > 0 && (comm != G.ops[0].comm || stream != G.stream)) return ncclInvalidUsage;
         if (G.n == 0) G.stream = stream;
         G.ops[G.n++] = one;
         return ncclSuccess;
